@@ -1,0 +1,47 @@
+#include "shim.h"
+
+int rdma_async_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	return ibv_post_send(qp, wr, bad_wr);
+}
+
+int rdma_async_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	return ibv_post_recv(qp, wr, bad_wr);
+}
+
+int rdma_async_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	return ibv_post_srq_recv(srq, wr, bad_wr);
+}
+
+int rdma_async_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	return ibv_poll_cq(cq, num_entries, wc);
+}
+
+int rdma_async_req_notify_cq(struct ibv_cq *cq, int solicited_only)
+{
+	return ibv_req_notify_cq(cq, solicited_only);
+}
+
+int rdma_async_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr)
+{
+	return ibv_query_port(context, port_num, port_attr);
+}
+
+/* ibv_reg_mr is a macro that picks between entry points by access flags; keep that choice in C. */
+struct ibv_mr *rdma_async_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	return ibv_reg_mr(pd, addr, length, access);
+}
+
+struct sockaddr *rdma_async_get_local_addr(struct rdma_cm_id *id)
+{
+	return rdma_get_local_addr(id);
+}
+
+struct sockaddr *rdma_async_get_peer_addr(struct rdma_cm_id *id)
+{
+	return rdma_get_peer_addr(id);
+}

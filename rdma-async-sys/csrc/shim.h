@@ -1,0 +1,20 @@
+/* Exported wrappers for the verbs that libibverbs and librdmacm define as static inline functions in
+ * their headers. They dispatch through provider function pointers, so they must be compiled against
+ * the installed headers rather than re-implemented in Rust. */
+#ifndef RDMA_ASYNC_SHIM_H
+#define RDMA_ASYNC_SHIM_H
+
+#include <infiniband/verbs.h>
+#include <rdma/rdma_cma.h>
+
+int rdma_async_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int rdma_async_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int rdma_async_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int rdma_async_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+int rdma_async_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+int rdma_async_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr);
+struct ibv_mr *rdma_async_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access);
+struct sockaddr *rdma_async_get_local_addr(struct rdma_cm_id *id);
+struct sockaddr *rdma_async_get_peer_addr(struct rdma_cm_id *id);
+
+#endif

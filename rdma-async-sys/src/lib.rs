@@ -1,0 +1,27 @@
+//! Raw FFI bindings to the system **libibverbs** and **librdmacm**, for `rdma-async`.
+//!
+//! This crate is deliberately thin: it declares the functions and types `rdma-async` uses and
+//! nothing else. The bindings in `bindings.rs` are generated from the installed rdma-core headers
+//! by `scripts/regen-bindings` and committed, so building needs no libclang. The verbs that
+//! rdma-core defines as `static inline` (posting work requests, polling and arming completion
+//! queues, ...) dispatch through provider function pointers; they are compiled from the installed
+//! headers by a small C shim and exported here as `rdma_async_*` functions, so they can never drift
+//! from the provider ABI.
+//!
+//! Enums are modules of constants (`ibv_wc_status::IBV_WC_SUCCESS`), never Rust enums: a newer
+//! provider may hand back a value the bindings do not know.
+//!
+//! Every function here is `unsafe` and follows the contract of its C man page.
+
+#![no_std]
+#![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
+#![allow(
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    missing_debug_implementations
+)]
+#![allow(missing_docs, rustdoc::all)]
+
+mod bindings;
+
+pub use bindings::*;

@@ -1,0 +1,141 @@
+//! Connection-management failures: which event, why, and what the peer said.
+
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+
+use rdma_async_sys::rdma_cm_event_type as ev;
+
+use crate::verbs::CmEvent;
+
+/// IB CM reject reason: no listener for the service id (the peer's port has no listener).
+const REJ_INVALID_SERVICE_ID: i32 = 8;
+/// IB CM reject reason: the peer application called `rdma_reject`.
+const REJ_CONSUMER_DEFINED: i32 = 28;
+
+/// Details of a failed connection-management step, carried inside the `io::Error` the crate
+/// returns (get it with `err.get_ref().and_then(|e| e.downcast_ref::<CmError>())`).
+#[derive(Debug, Clone)]
+pub struct CmError {
+    event: &'static str,
+    status: i32,
+    peer: Option<SocketAddr>,
+    private_data: Vec<u8>,
+    message: String,
+}
+
+impl CmError {
+    /// The librdmacm event that reported the failure, e.g. `RDMA_CM_EVENT_REJECTED`.
+    pub fn event(&self) -> &'static str {
+        self.event
+    }
+
+    /// The event's status: a negative errno, or for a rejection the transport's reject reason.
+    pub fn status(&self) -> i32 {
+        self.status
+    }
+
+    /// The peer's address, when known.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// Private data the peer attached (to a rejection), possibly zero-padded by the transport.
+    pub fn private_data(&self) -> &[u8] {
+        &self.private_data
+    }
+
+    /// Whether the peer application rejected the request (as opposed to no listener).
+    pub fn is_consumer_reject(&self) -> bool {
+        self.event == "RDMA_CM_EVENT_REJECTED" && self.status == REJ_CONSUMER_DEFINED
+    }
+}
+
+impl fmt::Display for CmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{} ({}, status {})",
+            self.message, self.event, self.status
+        )
+    }
+}
+
+impl std::error::Error for CmError {}
+
+fn errno_text(status: i32) -> String {
+    io::Error::from_raw_os_error(status.saturating_neg()).to_string()
+}
+
+/// The `io::Error` for an event that ended a handshake step, with the kind a TCP user expects.
+pub(crate) fn event_error(event: &CmEvent, peer: Option<SocketAddr>, step: &str) -> io::Error {
+    let target = peer.map_or_else(|| "the peer".to_owned(), |p| p.to_string());
+    let errno_kind = |default| {
+        if event.status < 0 {
+            match crate::error::errno_kind(-event.status) {
+                io::ErrorKind::NotFound => io::ErrorKind::AddrNotAvailable,
+                kind => kind,
+            }
+        } else {
+            default
+        }
+    };
+    let (kind, message) = match event.kind {
+        ev::RDMA_CM_EVENT_ADDR_ERROR => (
+            errno_kind(io::ErrorKind::HostUnreachable),
+            format!(
+                "cannot resolve the RDMA address of {target}: {}",
+                errno_text(event.status)
+            ),
+        ),
+        ev::RDMA_CM_EVENT_ROUTE_ERROR => (
+            errno_kind(io::ErrorKind::HostUnreachable),
+            format!(
+                "cannot resolve an RDMA route to {target}: {}",
+                errno_text(event.status)
+            ),
+        ),
+        ev::RDMA_CM_EVENT_UNREACHABLE => (
+            io::ErrorKind::TimedOut,
+            format!("{target} is unreachable: the connection request timed out"),
+        ),
+        ev::RDMA_CM_EVENT_REJECTED => (
+            io::ErrorKind::ConnectionRefused,
+            match event.status {
+                REJ_INVALID_SERVICE_ID => {
+                    format!("connection refused: nothing listens at {target}")
+                }
+                REJ_CONSUMER_DEFINED => {
+                    format!("connection refused: {target} rejected the request")
+                }
+                reason => format!("connection refused by {target} (reject reason {reason})"),
+            },
+        ),
+        ev::RDMA_CM_EVENT_CONNECT_ERROR => (
+            errno_kind(io::ErrorKind::ConnectionAborted),
+            format!("connection with {target} failed while {step}"),
+        ),
+        ev::RDMA_CM_EVENT_DISCONNECTED => (
+            io::ErrorKind::ConnectionAborted,
+            format!("{target} disconnected while {step}"),
+        ),
+        ev::RDMA_CM_EVENT_DEVICE_REMOVAL => (
+            io::ErrorKind::ConnectionAborted,
+            "the RDMA device was removed".to_owned(),
+        ),
+        _ => (
+            io::ErrorKind::Other,
+            format!("unexpected {} from {target} while {step}", event.name()),
+        ),
+    };
+    io::Error::new(
+        kind,
+        CmError {
+            event: event.name(),
+            status: event.status,
+            peer,
+            private_data: event.private_data.clone(),
+            message,
+        },
+    )
+}

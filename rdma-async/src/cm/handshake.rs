@@ -1,0 +1,88 @@
+//! The steps of establishing a connection, shared by every connected type of the crate.
+//!
+//! Each step starts an rdma_cm operation and awaits the event that ends it. The caller's
+//! `build` closure creates the queue pair and its memory once the device is known, before the
+//! request or the accept goes out. Everything lives in locals and `Arc`s, so dropping the future at
+//! any await point destroys whatever was created (the queue pair first, the id last).
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdma_async_sys::rdma_cm_event_type as ev;
+
+use super::error::event_error;
+use super::events::CmEvents;
+use super::link::CmLink;
+use super::params::{ConnParams, MAX_CONNECT_PRIVATE_DATA};
+use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
+
+/// What the active side needs besides the destination.
+#[derive(Debug, Clone)]
+pub(crate) struct Dial {
+    pub(crate) src: Option<SocketAddr>,
+    pub(crate) resolve_timeout: Duration,
+    pub(crate) params: ConnParams,
+}
+
+/// Waits for `wanted`, skipping informational events; any other event fails the step.
+pub(super) async fn expect(
+    events: &CmEvents,
+    wanted: u32,
+    peer: Option<SocketAddr>,
+    step: &str,
+) -> io::Result<CmEvent> {
+    loop {
+        let event = events.next().await?;
+        match event.kind {
+            k if k == wanted => return Ok(event),
+            ev::RDMA_CM_EVENT_ADDR_CHANGE | ev::RDMA_CM_EVENT_TIMEWAIT_EXIT => {
+                tracing::debug!(event = event.name(), "ignoring informational rdma_cm event");
+            }
+            _ => return Err(event_error(&event, peer, step)),
+        }
+    }
+}
+
+fn timeout_ms(d: Duration) -> i32 {
+    i32::try_from(d.as_millis()).unwrap_or(i32::MAX).max(1)
+}
+
+/// Resolves, builds the queue pair with `build`, connects, and returns once established.
+pub(crate) async fn connect<R>(
+    dst: SocketAddr,
+    dial: &Dial,
+    build: impl FnOnce(&Arc<CmId>) -> io::Result<R>,
+) -> io::Result<(R, CmLink)> {
+    let raw_params = dial.params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+    let channel = Arc::new(EventChannel::new()?);
+    let events = CmEvents::new(channel.clone())?;
+    let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
+    let ms = timeout_ms(dial.resolve_timeout);
+    let peer = Some(dst);
+
+    id.resolve_addr(dial.src, dst, ms)?;
+    expect(
+        &events,
+        ev::RDMA_CM_EVENT_ADDR_RESOLVED,
+        peer,
+        "resolving the address",
+    )
+    .await?;
+    id.resolve_route(ms)?;
+    expect(
+        &events,
+        ev::RDMA_CM_EVENT_ROUTE_RESOLVED,
+        peer,
+        "resolving the route",
+    )
+    .await?;
+
+    let resources = build(&id)?;
+    id.connect(&raw_params)?;
+    let established = expect(&events, ev::RDMA_CM_EVENT_ESTABLISHED, peer, "connecting").await?;
+    tracing::debug!(%dst, "rdma_cm connection established");
+    let link = CmLink::new(id, events, established.private_data, dst)?;
+    Ok((resources, link))
+}

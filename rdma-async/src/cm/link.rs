@@ -1,0 +1,174 @@
+//! A connected rdma_cm id and what its event channel says about the connection.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use rdma_async_sys::rdma_cm_event_type as ev;
+
+use super::events::CmEvents;
+use crate::verbs::CmId;
+
+/// State of an established connection as rdma_cm reports it.
+#[derive(Debug, Default)]
+struct LinkState {
+    /// We asked to disconnect.
+    local_disconnect: bool,
+    /// `RDMA_CM_EVENT_DISCONNECTED` arrived (after a local or a peer disconnect).
+    disconnected: bool,
+    /// The device went away.
+    device_removed: bool,
+}
+
+/// An established connection's id and event channel.
+///
+/// Any number of tasks may wait on it: events are read and recorded under one lock, and every
+/// waiter checks the record after reading finds the channel empty, so none misses a disconnect.
+#[derive(Debug)]
+pub(crate) struct CmLink {
+    id: Arc<CmId>,
+    events: CmEvents,
+    state: Mutex<LinkState>,
+    peer_private_data: Vec<u8>,
+    peer: SocketAddr,
+    local: SocketAddr,
+}
+
+impl CmLink {
+    pub(crate) fn new(
+        id: Arc<CmId>,
+        events: CmEvents,
+        peer_private_data: Vec<u8>,
+        peer: SocketAddr,
+    ) -> io::Result<Self> {
+        let local = id.local_addr()?;
+        Ok(CmLink {
+            id,
+            events,
+            state: Mutex::default(),
+            peer_private_data,
+            peer,
+            local,
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, LinkState> {
+        // The state is a set of flags: a panic elsewhere cannot leave it inconsistent.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub(crate) fn peer_addr(&self) -> SocketAddr {
+        self.peer
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    pub(crate) fn peer_private_data(&self) -> &[u8] {
+        &self.peer_private_data
+    }
+
+    /// Reads every queued event into the state. Returns `WouldBlock` once the channel is empty.
+    fn drain_events(&self, state: &mut LinkState) -> io::Result<()> {
+        loop {
+            let Some(event) = self.events.try_next()? else {
+                return Err(io::ErrorKind::WouldBlock.into());
+            };
+            match event.kind {
+                ev::RDMA_CM_EVENT_DISCONNECTED => {
+                    if !state.local_disconnect {
+                        tracing::debug!(peer = %self.peer, "peer disconnected");
+                        // Completes the exchange and flushes our queue pair, as librdmacm's
+                        // examples do on a peer's disconnect.
+                        state.local_disconnect = true;
+                        if let Err(e) = self.id.disconnect() {
+                            tracing::debug!(error = %e, "rdma_disconnect after peer disconnect");
+                        }
+                    }
+                    state.disconnected = true;
+                }
+                ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                    state.device_removed = true;
+                    state.disconnected = true;
+                }
+                _ => tracing::debug!(event = event.name(), "rdma_cm event on a connection"),
+            }
+        }
+    }
+
+    /// Records events that are already queued, without waiting.
+    pub(crate) fn poll_events(&self) -> io::Result<bool> {
+        let mut state = self.state();
+        match self.drain_events(&mut state) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(state.disconnected),
+            Err(e) => Err(e),
+            Ok(()) => Ok(state.disconnected),
+        }
+    }
+
+    /// Whether the connection is known to be closed.
+    pub(crate) fn is_disconnected(&self) -> bool {
+        self.state().disconnected
+    }
+
+    /// Waits until the connection is disconnected, by either side.
+    ///
+    /// Cancel safety: cancel safe; events read before cancellation are recorded.
+    pub(crate) async fn closed(&self) -> io::Result<()> {
+        loop {
+            if self.poll_events()? {
+                return Ok(());
+            }
+            let mut guard = self.events.readable().await?;
+            let _ = guard.try_io(|_| {
+                let mut state = self.state();
+                self.drain_events(&mut state)
+            });
+        }
+    }
+
+    /// Starts a disconnect (idempotent). The queue pair moves to the error state at once.
+    pub(crate) fn disconnect(&self) -> io::Result<()> {
+        let mut state = self.state();
+        if state.local_disconnect {
+            return Ok(());
+        }
+        state.local_disconnect = true;
+        self.id.disconnect()
+    }
+
+    /// The error for using a connection rdma_cm reported closed.
+    pub(crate) fn closed_error(&self, writing: bool) -> io::Error {
+        let state = self.state();
+        if state.device_removed {
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "the RDMA device was removed",
+            )
+        } else if writing {
+            io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!("connection to {} is closed", self.peer),
+            )
+        } else {
+            io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!(
+                    "connection closed by {} (RDMA_CM_EVENT_DISCONNECTED)",
+                    self.peer
+                ),
+            )
+        }
+    }
+}
+
+impl Drop for CmLink {
+    fn drop(&mut self) {
+        // An orderly goodbye: the peer sees DISCONNECTED rather than a transport timeout.
+        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if !state.local_disconnect {
+            let _ = self.id.disconnect();
+        }
+    }
+}

@@ -1,0 +1,126 @@
+//! Listening for connection requests.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rdma_async_sys::rdma_cm_event_type as ev;
+use tokio::net::ToSocketAddrs;
+
+use super::events::CmEvents;
+use super::request::ConnectRequest;
+use super::resolve::resolve;
+use crate::verbs::{CmId, EventChannel, PortSpace};
+
+/// The backlog `bind` uses, as tokio's `TcpListener::bind`.
+const DEFAULT_BACKLOG: i32 = 1024;
+
+/// An rdma_cm id listening for connection requests (`RDMA_PS_TCP`, the port space of rsockets).
+///
+/// It yields [`ConnectRequest`]s: look at the peer's private data, then accept the request into
+/// a connection type (such as [`crate::endpoint::Endpoint::accept`]) or reject it. Each request's
+/// id is moved onto its own event channel at once, so a connection outlives the listener.
+#[derive(Debug)]
+pub struct CmListener {
+    events: CmEvents,
+    // The listening id: dropping it stops listening.
+    _id: Arc<CmId>,
+    local: SocketAddr,
+    /// Reading a request and moving its id off the listener's channel is one step; concurrent
+    /// acceptors take turns so no event of a half-moved id is read by another.
+    accept_turn: tokio::sync::Mutex<()>,
+}
+
+impl CmListener {
+    /// Binds to `addr` and listens, trying each resolved address in turn like
+    /// `TcpListener::bind`. Port 0 picks a free port (see [`Self::local_addr`]).
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when the machine has no RDMA device, `AddrNotAvailable` when the address is not
+    /// on an RDMA device, `AddrInUse` when the rdma_cm port is taken, or the resolver's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases everything it created.
+    pub async fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
+        Self::bind_with_backlog(addr, DEFAULT_BACKLOG).await
+    }
+
+    /// As [`Self::bind`], with the listen backlog.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::bind`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn bind_with_backlog<A: ToSocketAddrs>(addr: A, backlog: i32) -> io::Result<Self> {
+        let mut last = None;
+        for addr in resolve(addr).await? {
+            match Self::bind_one(addr, backlog) {
+                Ok(listener) => return Ok(listener),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last
+            .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
+    }
+
+    fn bind_one(addr: SocketAddr, backlog: i32) -> io::Result<Self> {
+        let channel = Arc::new(EventChannel::new()?);
+        let events = CmEvents::new(channel.clone())?;
+        let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
+        id.bind_addr(addr)?;
+        id.listen(backlog)?;
+        let local = id.local_addr()?;
+        tracing::debug!(%local, "rdma_cm listener bound");
+        Ok(CmListener {
+            events,
+            _id: id,
+            local,
+            accept_turn: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The address the listener is bound to, with the port it got.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// Waits for the next connection request.
+    ///
+    /// # Errors
+    ///
+    /// `NetworkDown` when the device was removed (the listener is then unusable); errors creating
+    /// the request's own event channel fail only that request.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a request is taken from the channel only when it is returned.
+    pub async fn accept_request(&self) -> io::Result<ConnectRequest> {
+        let _turn = self.accept_turn.lock().await;
+        loop {
+            let mut event = self.events.next().await?;
+            match event.kind {
+                ev::RDMA_CM_EVENT_CONNECT_REQUEST => {
+                    let Some(incoming) = event.incoming.take() else {
+                        continue;
+                    };
+                    let channel = Arc::new(EventChannel::new()?);
+                    let events = CmEvents::new(channel.clone())?;
+                    let id = Arc::new(CmId::from_incoming(incoming, channel)?);
+                    return ConnectRequest::new(id, events, event, self.local);
+                }
+                ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::NetworkDown,
+                        format!("the RDMA device of listener {} was removed", self.local),
+                    ));
+                }
+                _ => tracing::debug!(event = event.name(), "ignoring rdma_cm event on a listener"),
+            }
+        }
+    }
+}

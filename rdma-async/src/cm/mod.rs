@@ -1,0 +1,33 @@
+//! Connection management (librdmacm) as futures.
+//!
+//! Every rdma_cm id gets its own event channel, registered with Tokio's reactor; a listener's
+//! channel reports connection requests, and each request's id is moved onto a channel of its
+//! own as soon as it is read (as rsockets does), so one reader per channel demultiplexes events
+//! to the id they belong to. Address and route resolution, connect, accept, reject and
+//! disconnect are futures; their failures map onto the `io::ErrorKind`s a `TcpStream` user
+//! expects, with a [`CmError`] inside that names the event.
+//!
+//! | rdma_cm outcome | `io::ErrorKind` |
+//! |---|---|
+//! | no `/dev/infiniband/rdma_cm`, no device | `NotFound` ("no RDMA device: ...") |
+//! | `REJECTED` (no listener, or the peer rejected) | `ConnectionRefused` |
+//! | `UNREACHABLE` (no answer to the request) | `TimedOut` |
+//! | `ADDR_ERROR` / `ROUTE_ERROR` | the errno's kind (`TimedOut`, `HostUnreachable`, `NetworkUnreachable`, `AddrNotAvailable`) |
+//! | `CONNECT_ERROR`, `DISCONNECTED` during the handshake | `ConnectionAborted` |
+//! | `DISCONNECTED` on an established connection | reads: `ConnectionReset`; writes: `BrokenPipe` |
+
+mod error;
+mod events;
+pub(crate) mod handshake;
+pub(crate) mod link;
+mod listener;
+mod params;
+mod request;
+pub(crate) mod resolve;
+
+pub use error::CmError;
+pub use listener::CmListener;
+pub use params::{
+    ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
+};
+pub use request::ConnectRequest;

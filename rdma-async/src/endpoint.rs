@@ -1,0 +1,529 @@
+//! `Endpoint`: messages over a reliable connected queue pair established through rdma_cm.
+//!
+//! Each `send` copies the message into a slot of a registered send buffer and posts it; each
+//! received message is copied out of a registered receive slot, which is then posted again. The
+//! endpoint owns all registered memory and destroys its queue pair before freeing it, so every
+//! future may be dropped at any point without the device touching freed memory.
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::net::ToSocketAddrs;
+
+use crate::cm::handshake::{self, Dial};
+use crate::cm::link::CmLink;
+use crate::cm::resolve::resolve;
+use crate::cm::{ConnParams, ConnectRequest};
+use crate::completion::{AsyncCq, wc_error};
+use crate::error;
+use crate::verbs::{
+    Access, CmId, CompletionChannel, CompletionQueue, ProtectionDomain, QpCaps, QueuePair,
+    RegisteredBuffer, SendRequest, WcStatus, WorkCompletion,
+};
+
+const SEND_BUFFER: usize = 0;
+const RECV_BUFFER: usize = 1;
+
+/// Sizes and timeouts of an [`Endpoint`].
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    max_message_size: usize,
+    send_depth: u32,
+    recv_depth: u32,
+    max_inline: u32,
+    busy_poll: Duration,
+    resolve_timeout: Duration,
+    connect_timeout: Option<Duration>,
+    bind: Option<SocketAddr>,
+    params: ConnParams,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            max_message_size: 4096,
+            send_depth: 16,
+            recv_depth: 16,
+            max_inline: 64,
+            busy_poll: Duration::from_micros(10),
+            resolve_timeout: Duration::from_secs(2),
+            connect_timeout: None,
+            bind: None,
+            params: ConnParams::default(),
+        }
+    }
+}
+
+impl EndpointOptions {
+    /// The defaults: 4 KiB messages, 16 sends and 16 receives in flight, 64 bytes inline,
+    /// 10 µs busy-poll (as rsockets), 2 s address and route resolution timeouts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Largest message either way; the peer must accept messages this large.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes.max(1);
+        self
+    }
+
+    /// Sends in flight before `send` waits for completions.
+    pub fn send_depth(mut self, n: u32) -> Self {
+        self.send_depth = n.max(1);
+        self
+    }
+
+    /// Receive buffers kept posted: messages that can arrive before `recv` is called.
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.recv_depth = n.max(1);
+        self
+    }
+
+    /// Messages up to this size are copied into the work request itself.
+    pub fn max_inline(mut self, bytes: u32) -> Self {
+        self.max_inline = bytes;
+        self
+    }
+
+    /// How long an empty completion queue is polled before the task sleeps.
+    pub fn busy_poll(mut self, time: Duration) -> Self {
+        self.busy_poll = time;
+        self
+    }
+
+    /// Timeout of address and of route resolution, each.
+    pub fn resolve_timeout(mut self, time: Duration) -> Self {
+        self.resolve_timeout = time;
+        self
+    }
+
+    /// A bound on the whole connect, per address tried.
+    pub fn connect_timeout(mut self, time: Duration) -> Self {
+        self.connect_timeout = Some(time);
+        self
+    }
+
+    /// The local address to connect from.
+    pub fn bind(mut self, addr: SocketAddr) -> Self {
+        self.bind = Some(addr);
+        self
+    }
+
+    /// Connection parameters (private data, retry counts, ...) for connect or accept.
+    pub fn conn_params(mut self, params: ConnParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    fn check(&self) -> io::Result<()> {
+        let slot_bytes = |depth: u32| self.max_message_size.checked_mul(depth as usize);
+        if u32::try_from(self.max_message_size).is_err()
+            || slot_bytes(self.send_depth).is_none()
+            || slot_bytes(self.recv_depth).is_none()
+        {
+            return Err(error::invalid_input("endpoint buffer sizes overflow"));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug)]
+struct SendState {
+    free_slots: Vec<usize>,
+    error: Option<(io::ErrorKind, String)>,
+}
+
+#[derive(Debug)]
+struct RecvState {
+    ready: VecDeque<Bytes>,
+    error: Option<(io::ErrorKind, String)>,
+}
+
+/// A connected RDMA endpoint that exchanges messages (`IBV_WR_SEND` / posted receives).
+///
+/// Messages keep their boundaries: each `send` arrives as one `recv`. It interoperates with any
+/// librdmacm program that exchanges send/receive messages over `RDMA_PS_TCP` (such as
+/// `ucmatose`). Dropping the endpoint disconnects.
+#[derive(Debug)]
+pub struct Endpoint {
+    // Drop order matters: disconnect, then destroy the queue pair, then free its buffers and CQs.
+    link: CmLink,
+    qp: QueuePair,
+    send_cq: AsyncCq,
+    recv_cq: AsyncCq,
+    send: tokio::sync::Mutex<SendState>,
+    recv: tokio::sync::Mutex<RecvState>,
+    max_message_size: usize,
+    send_depth: usize,
+}
+
+/// What `build` creates between route resolution and connect/accept.
+struct Parts {
+    qp: QueuePair,
+    send_cq: AsyncCq,
+    recv_cq: AsyncCq,
+}
+
+fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
+    let max = opts.max_message_size;
+    let pd = Arc::new(ProtectionDomain::new(id.clone())?);
+    let send_cq = Arc::new(CompletionQueue::new(
+        Arc::new(CompletionChannel::new(id.clone())?),
+        opts.send_depth,
+    )?);
+    let recv_cq = Arc::new(CompletionQueue::new(
+        Arc::new(CompletionChannel::new(id.clone())?),
+        opts.recv_depth,
+    )?);
+    let send_buf = RegisteredBuffer::new(
+        pd.clone(),
+        max * opts.send_depth as usize,
+        Access::default(),
+    )?;
+    let recv_buf = RegisteredBuffer::new(
+        pd.clone(),
+        max * opts.recv_depth as usize,
+        Access::default(),
+    )?;
+    let caps = QpCaps {
+        max_send_wr: opts.send_depth,
+        max_recv_wr: opts.recv_depth,
+        max_inline_data: opts.max_inline,
+    };
+    let qp = QueuePair::new(
+        pd,
+        send_cq.clone(),
+        recv_cq.clone(),
+        caps,
+        vec![send_buf, recv_buf],
+    )?;
+    // Receives are posted before the handshake, so the peer may send as soon as it is connected.
+    for slot in 0..opts.recv_depth as usize {
+        qp.post_recv(slot as u64, RECV_BUFFER, slot * max, max)?;
+    }
+    Ok(Parts {
+        qp,
+        send_cq: AsyncCq::new(send_cq, opts.busy_poll)?,
+        recv_cq: AsyncCq::new(recv_cq, opts.busy_poll)?,
+    })
+}
+
+impl Endpoint {
+    /// Connects to `addr`, trying each resolved address in turn and returning the last error,
+    /// like `TcpStream::connect`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when this machine has no RDMA device; `ConnectionRefused` when nothing listens
+    /// or the peer rejects (the [`crate::cm::CmError`] inside carries the peer's private data);
+    /// `TimedOut` when the peer does not answer or `connect_timeout` passes; the resolver's error
+    /// when a name does not resolve; `InvalidInput` for bad options.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases the half-built connection (queue pair, memory,
+    /// rdma_cm id); the peer sees the attempt fail.
+    pub async fn connect<A: ToSocketAddrs>(
+        addr: A,
+        options: &EndpointOptions,
+    ) -> io::Result<Endpoint> {
+        options.check()?;
+        let mut last = None;
+        for dst in resolve(addr).await? {
+            let attempt = Self::connect_one(dst, options);
+            let result = match options.connect_timeout {
+                Some(limit) => tokio::time::timeout(limit, attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("connecting to {dst} timed out after {limit:?}"),
+                        ))
+                    }),
+                None => attempt.await,
+            };
+            match result {
+                Ok(endpoint) => return Ok(endpoint),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| {
+            io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
+        }))
+    }
+
+    async fn connect_one(dst: SocketAddr, options: &EndpointOptions) -> io::Result<Endpoint> {
+        let dial = Dial {
+            src: options.bind,
+            resolve_timeout: options.resolve_timeout,
+            params: options.params.clone(),
+        };
+        let (parts, link) = handshake::connect(dst, &dial, |id| build(id, options)).await?;
+        Ok(Self::assemble(parts, link, options))
+    }
+
+    /// Accepts `request` and returns once the connection is established.
+    ///
+    /// # Errors
+    ///
+    /// `ConnectionAborted` when the peer gives up during the handshake; `InvalidInput` for bad
+    /// options or oversized private data; verbs errors creating the queue pair.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases everything created for the connection.
+    pub async fn accept(
+        request: ConnectRequest,
+        options: &EndpointOptions,
+    ) -> io::Result<Endpoint> {
+        options.check()?;
+        let (parts, link) = request
+            .accept_with(&options.params, |id| build(id, options))
+            .await?;
+        Ok(Self::assemble(parts, link, options))
+    }
+
+    fn assemble(parts: Parts, link: CmLink, options: &EndpointOptions) -> Endpoint {
+        let max = options.max_message_size;
+        tracing::debug!(peer = %link.peer_addr(), qp = parts.qp.qp_num(), "endpoint connected");
+        Endpoint {
+            link,
+            qp: parts.qp,
+            send_cq: parts.send_cq,
+            recv_cq: parts.recv_cq,
+            send: tokio::sync::Mutex::new(SendState {
+                free_slots: (0..options.send_depth as usize).rev().collect(),
+                error: None,
+            }),
+            recv: tokio::sync::Mutex::new(RecvState {
+                ready: VecDeque::new(),
+                error: None,
+            }),
+            max_message_size: max,
+            send_depth: options.send_depth as usize,
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.link.peer_addr()
+    }
+
+    /// The local address of the connection.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.link.local_addr()
+    }
+
+    /// Private data the peer sent in the handshake (its accept, or its request), zero-padded by
+    /// IB/RoCE to the transport's size.
+    pub fn peer_private_data(&self) -> &[u8] {
+        self.link.peer_private_data()
+    }
+
+    /// The largest message this endpoint sends or receives.
+    pub fn max_message_size(&self) -> usize {
+        self.max_message_size
+    }
+
+    /// The local queue pair number.
+    pub fn qp_num(&self) -> u32 {
+        self.qp.qp_num()
+    }
+
+    /// Sends one message. Returns once it is handed to the device (like a socket write); waits
+    /// only when `send_depth` sends are still in flight.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the message is longer than `max_message_size`; `BrokenPipe` once the
+    /// connection is closed; `TimedOut` when the transport gave up reaching the peer.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: if the future is dropped before it completes, the message was not sent.
+    pub async fn send(&self, msg: &[u8]) -> io::Result<()> {
+        if msg.len() > self.max_message_size {
+            return Err(error::invalid_input(format!(
+                "message of {} bytes exceeds the endpoint's max_message_size of {}",
+                msg.len(),
+                self.max_message_size
+            )));
+        }
+        let mut state = self.send.lock().await;
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        loop {
+            if let Some((kind, msg)) = &state.error {
+                return Err(io::Error::new(*kind, msg.clone()));
+            }
+            if self.link.poll_events()? {
+                return Err(self.link.closed_error(true));
+            }
+            let n = self.send_cq.try_poll(&mut wcs)?;
+            self.reap_sends(&mut state, &wcs[..n]);
+            if n > 0 {
+                continue;
+            }
+            if let Some(slot) = state.free_slots.pop() {
+                let offset = slot * self.max_message_size;
+                self.qp.buffer(SEND_BUFFER).write_at(offset, msg)?;
+                let req = SendRequest {
+                    wr_id: slot as u64,
+                    buffer: SEND_BUFFER,
+                    offset,
+                    len: msg.len(),
+                    signaled: true,
+                    imm_data: None,
+                };
+                if let Err(e) = self.qp.post_send(req) {
+                    state.free_slots.push(slot);
+                    return Err(e);
+                }
+                return Ok(());
+            }
+            tokio::select! {
+                biased;
+                n = self.send_cq.completions(&mut wcs) => {
+                    let n = n?;
+                    self.reap_sends(&mut state, &wcs[..n]);
+                }
+                closed = self.link.closed() => closed?,
+            }
+        }
+    }
+
+    fn reap_sends(&self, state: &mut SendState, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            state.free_slots.push(wc.wr_id as usize);
+            if !wc.status.is_success() && state.error.is_none() {
+                let err = wc_error(wc, self.peer_addr(), true);
+                tracing::debug!(error = %err, "send failed");
+                state.error = Some((err.kind(), err.to_string()));
+            }
+        }
+    }
+
+    /// Receives the next message.
+    ///
+    /// # Errors
+    ///
+    /// `ConnectionReset` once the peer disconnected and every message it sent before was
+    /// received; `TimedOut` or other kinds when the transport failed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a message is only taken when it is returned; one that arrived while the
+    /// future was pending waits for the next call.
+    pub async fn recv(&self) -> io::Result<Bytes> {
+        let mut state = self.recv.lock().await;
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        loop {
+            if let Some(msg) = state.ready.pop_front() {
+                return Ok(msg);
+            }
+            if let Some((kind, msg)) = &state.error {
+                return Err(io::Error::new(*kind, msg.clone()));
+            }
+            let n = self.recv_cq.try_poll(&mut wcs)?;
+            if n > 0 {
+                self.reap_recvs(&mut state, &wcs[..n]);
+                continue;
+            }
+            if self.link.poll_events()? {
+                // Messages that completed before the disconnect were taken above.
+                return Err(self.link.closed_error(false));
+            }
+            tokio::select! {
+                biased;
+                n = self.recv_cq.completions(&mut wcs) => {
+                    let n = n?;
+                    self.reap_recvs(&mut state, &wcs[..n]);
+                }
+                closed = self.link.closed() => closed?,
+            }
+        }
+    }
+
+    fn reap_recvs(&self, state: &mut RecvState, wcs: &[WorkCompletion]) {
+        let max = self.max_message_size;
+        for wc in wcs {
+            let slot = wc.wr_id as usize;
+            if wc.status == WcStatus::FLUSH {
+                // The queue pair is in the error state: the disconnect (or an earlier error)
+                // is what to report.
+                continue;
+            }
+            if !wc.status.is_success() {
+                let err = wc_error(wc, self.peer_addr(), false);
+                tracing::debug!(error = %err, "receive failed");
+                state.error.get_or_insert((err.kind(), err.to_string()));
+                continue;
+            }
+            // The device wrote at most the posted length; check the reported length anyway.
+            let len = (wc.byte_len as usize).min(max);
+            let mut msg = vec![0; len];
+            if let Err(e) = self.qp.buffer(RECV_BUFFER).read_at(slot * max, &mut msg) {
+                state.error.get_or_insert((e.kind(), e.to_string()));
+                continue;
+            }
+            state.ready.push_back(Bytes::from(msg));
+            if let Err(e) = self.qp.post_recv(wc.wr_id, RECV_BUFFER, slot * max, max)
+                && !self.link.is_disconnected()
+            {
+                state.error.get_or_insert((e.kind(), e.to_string()));
+            }
+        }
+    }
+
+    /// Waits for posted sends to complete, disconnects, and waits until rdma_cm confirms it.
+    /// Further sends fail with `BrokenPipe`; messages already received can still be read.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `rdma_disconnect`, or of reading the event channel.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the disconnect was started; dropping the endpoint finishes it.
+    pub async fn disconnect(&self) -> io::Result<()> {
+        self.flush_sends().await;
+        self.link.disconnect()?;
+        self.link.closed().await
+    }
+
+    /// Waits until every posted send completed (or failed), so an orderly disconnect does not
+    /// flush messages the peer was about to receive.
+    async fn flush_sends(&self) {
+        let mut state = self.send.lock().await;
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        while state.free_slots.len() < self.send_depth && state.error.is_none() {
+            if self.link.is_disconnected() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                n = self.send_cq.completions(&mut wcs) => match n {
+                    Ok(n) => self.reap_sends(&mut state, &wcs[..n]),
+                    Err(_) => return,
+                },
+                closed = self.link.closed() => if closed.is_err() { return },
+            }
+        }
+    }
+
+    /// Waits until the connection is closed by either side.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of reading the event channel.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn closed(&self) -> io::Result<()> {
+        self.link.closed().await
+    }
+}

@@ -1,0 +1,63 @@
+//! # rdma-async
+//!
+//! Async, Tokio-native RDMA. librdmacm's event channels and libibverbs' completion channels are
+//! registered with Tokio's reactor, so connection management (address and route resolution,
+//! connect, listen, accept, reject, disconnect) is a set of futures and completions wake the
+//! tasks waiting for them.
+//!
+//! - [`cm`]: connection management: [`cm::CmListener`], [`cm::ConnectRequest`],
+//!   [`cm::ConnParams`] (private data, retry counts, initiator depth, responder resources).
+//! - [`endpoint`]: [`endpoint::Endpoint`], messages over a reliable connected queue pair.
+//! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime;
+//!   `#[rdma_async::test]` skips, or with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine
+//!   has no RDMA device.
+//!
+//! ```no_run
+//! use rdma_async::cm::{CmListener, ConnParams};
+//! use rdma_async::endpoint::{Endpoint, EndpointOptions};
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let listener = CmListener::bind("10.77.0.1:7471").await?;
+//! tokio::spawn(async move {
+//!     let request = listener.accept_request().await?;
+//!     let server = Endpoint::accept(request, &EndpointOptions::new()).await?;
+//!     let msg = server.recv().await?;
+//!     server.send(&msg).await?; // echo
+//!     server.closed().await
+//! });
+//! let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(*b"hello"));
+//! let client = Endpoint::connect("10.77.0.1:7471", &opts).await?;
+//! client.send(b"ping").await?;
+//! assert_eq!(&client.recv().await?[..], b"ping");
+//! client.disconnect().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! All `unsafe` code lives in `rdma-async-sys` and in this crate's private `verbs` module.
+
+#![warn(missing_docs)]
+
+pub mod cm;
+mod completion;
+mod device;
+pub mod endpoint;
+mod error;
+mod verbs;
+
+pub use rdma_async_macros::{main, test};
+
+#[doc(hidden)]
+pub mod __private {
+    //! Used by the code `#[rdma_async::test]` and `#[rdma_async::main]` expand to.
+    pub use tokio;
+
+    /// `Ok` when this machine has a usable RDMA device, otherwise why not.
+    pub fn rdma_device_check() -> Result<(), String> {
+        crate::device::check()
+    }
+
+    /// Whether `RDMA_ASYNC_REQUIRE_DEVICE=1` asks device tests to fail rather than skip.
+    pub fn device_required_by_env() -> bool {
+        std::env::var_os("RDMA_ASYNC_REQUIRE_DEVICE").is_some_and(|v| v == "1")
+    }
+}

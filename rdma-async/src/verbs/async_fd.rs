@@ -1,0 +1,26 @@
+//! Registering channel file descriptors with the Tokio reactor.
+
+use std::io;
+use std::os::fd::AsRawFd;
+
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+/// Registers `inner`'s descriptor for read readiness. Both RDMA channel fds are only ever
+/// readable, and both are made non-blocking by their owners before this is called.
+pub(crate) fn register_readable<T: AsRawFd + OwnsFd>(inner: T) -> io::Result<AsyncFd<T>> {
+    // SAFETY: `OwnsFd` guarantees the descriptor returned by `as_raw_fd` stays open and the same
+    // for as long as `inner` lives, and the AsyncFd owns `inner`, so it deregisters before the fd
+    // can close.
+    unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }.map_err(io::Error::from)
+}
+
+/// Marker for types whose `as_raw_fd` is an fd they own for their whole lifetime.
+///
+/// # Safety
+///
+/// Implementors must return the same open descriptor from `as_raw_fd` until they are dropped.
+pub(crate) unsafe trait OwnsFd {}
+
+// SAFETY: the channels own their fds (see their impls).
+unsafe impl<T: OwnsFd> OwnsFd for std::sync::Arc<T> {}

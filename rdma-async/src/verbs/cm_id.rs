@@ -1,0 +1,267 @@
+//! `rdma_cm_id`: the rdma_cm analogue of a socket.
+
+use std::io;
+use std::net::SocketAddr;
+use std::ptr::{self, NonNull};
+use std::sync::Arc;
+
+use rdma_async_sys as sys;
+
+use super::event_channel::{EventChannel, IncomingId};
+use super::sockaddr::{from_sockaddr, to_sockaddr};
+use crate::error;
+
+/// The rdma_cm port space of an id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum PortSpace {
+    /// `RDMA_PS_TCP`: reliable connected queue pairs, the port space of rsockets streams.
+    Tcp,
+}
+
+/// Connection parameters in the form `rdma_connect`/`rdma_accept` take them.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RawConnParam {
+    pub(crate) private_data: Vec<u8>,
+    pub(crate) responder_resources: u8,
+    pub(crate) initiator_depth: u8,
+    pub(crate) flow_control: u8,
+    pub(crate) retry_count: u8,
+    pub(crate) rnr_retry_count: u8,
+}
+
+impl RawConnParam {
+    /// A C view of the parameters, borrowing `self.private_data`.
+    fn as_sys(&self) -> io::Result<sys::rdma_conn_param> {
+        let len = u8::try_from(self.private_data.len())
+            .map_err(|_| error::invalid_input("private data longer than 255 bytes"))?;
+        Ok(sys::rdma_conn_param {
+            private_data: if len == 0 {
+                ptr::null()
+            } else {
+                self.private_data.as_ptr().cast()
+            },
+            private_data_len: len,
+            responder_resources: self.responder_resources,
+            initiator_depth: self.initiator_depth,
+            flow_control: self.flow_control,
+            retry_count: self.retry_count,
+            rnr_retry_count: self.rnr_retry_count,
+            srq: 0,
+            qp_num: 0,
+        })
+    }
+}
+
+/// An owned `rdma_cm_id`, bound to the event channel it reports on.
+///
+/// Destroying the id requires its queue pair to be gone: [`super::QueuePair`] holds an
+/// `Arc<CmId>`, so the id outlives it.
+#[derive(Debug)]
+pub(crate) struct CmId {
+    raw: NonNull<sys::rdma_cm_id>,
+    // The channel must outlive the id: rdma_destroy_id reports to it.
+    _channel: Arc<EventChannel>,
+}
+
+// SAFETY: rdma_cm ids may be used from any thread; librdmacm serialises operations on one id
+// internally, and this type hands out no references into the C object.
+unsafe impl Send for CmId {}
+// SAFETY: as above.
+unsafe impl Sync for CmId {}
+
+impl CmId {
+    /// Creates an id reporting to `channel`.
+    pub(crate) fn new(channel: Arc<EventChannel>, ps: PortSpace) -> io::Result<Self> {
+        let ps = match ps {
+            PortSpace::Tcp => sys::rdma_port_space::RDMA_PS_TCP,
+        };
+        let mut raw = ptr::null_mut();
+        // SAFETY: the channel is valid, `raw` is a valid out-pointer, the context may be NULL.
+        let ret = unsafe { sys::rdma_create_id(channel.as_ptr(), &mut raw, ptr::null_mut(), ps) };
+        if ret != 0 {
+            return Err(error::last_error("rdma_create_id"));
+        }
+        let raw =
+            NonNull::new(raw).ok_or_else(|| error::call_error("rdma_create_id", libc::EIO))?;
+        Ok(CmId {
+            raw,
+            _channel: channel,
+        })
+    }
+
+    /// Takes ownership of the new id of a `CONNECT_REQUEST` and moves it, with its pending
+    /// events, onto its own channel.
+    pub(crate) fn from_incoming(
+        incoming: IncomingId,
+        channel: Arc<EventChannel>,
+    ) -> io::Result<Self> {
+        let raw = incoming.0;
+        // SAFETY: `raw` is a live id owned by `incoming`; the channel is valid. The request event
+        // was already acked, so the migration does not wait.
+        if unsafe { sys::rdma_migrate_id(raw.as_ptr(), channel.as_ptr()) } != 0 {
+            // Dropping `incoming` destroys the id.
+            return Err(error::last_error("rdma_migrate_id"));
+        }
+        std::mem::forget(incoming);
+        Ok(CmId {
+            raw,
+            _channel: channel,
+        })
+    }
+
+    pub(crate) fn as_ptr(&self) -> *mut sys::rdma_cm_id {
+        self.raw.as_ptr()
+    }
+
+    /// The verbs context of the device the id is bound to, or `None` before address resolution
+    /// (or a bind to a specific address) has picked a device.
+    pub(crate) fn verbs(&self) -> Option<NonNull<sys::ibv_context>> {
+        // SAFETY: the id is valid for `self`'s lifetime.
+        NonNull::new(unsafe { (*self.raw.as_ptr()).verbs })
+    }
+
+    pub(crate) fn bind_addr(&self, addr: SocketAddr) -> io::Result<()> {
+        let (storage, _) = to_sockaddr(addr);
+        // SAFETY: the id is valid and `storage` holds a sockaddr of `addr`'s family.
+        let ret = unsafe {
+            sys::rdma_bind_addr(self.raw.as_ptr(), ptr::from_ref(&storage).cast_mut().cast())
+        };
+        if ret != 0 {
+            let err = io::Error::last_os_error();
+            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            return Err(match errno {
+                libc::EADDRNOTAVAIL | libc::ENODEV => io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("cannot bind {addr}: the address is not on an RDMA device ({err})"),
+                ),
+                libc::EADDRINUSE => io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!("cannot bind {addr}: the rdma_cm port is in use"),
+                ),
+                _ => error::call_error("rdma_bind_addr", errno),
+            });
+        }
+        Ok(())
+    }
+
+    /// Starts address resolution; the result arrives as `ADDR_RESOLVED` or `ADDR_ERROR`.
+    pub(crate) fn resolve_addr(
+        &self,
+        src: Option<SocketAddr>,
+        dst: SocketAddr,
+        timeout_ms: i32,
+    ) -> io::Result<()> {
+        let src = src.map(to_sockaddr);
+        let (dst_storage, _) = to_sockaddr(dst);
+        let src_ptr = src
+            .as_ref()
+            .map_or(ptr::null_mut(), |(s, _)| ptr::from_ref(s).cast_mut().cast());
+        // SAFETY: the id is valid; both sockaddrs live across the call (librdmacm copies them).
+        let ret = unsafe {
+            sys::rdma_resolve_addr(
+                self.raw.as_ptr(),
+                src_ptr,
+                ptr::from_ref(&dst_storage).cast_mut().cast(),
+                timeout_ms,
+            )
+        };
+        if ret != 0 {
+            let err = io::Error::last_os_error();
+            let errno = err.raw_os_error().unwrap_or(libc::EIO);
+            if errno == libc::ENODEV || errno == libc::EADDRNOTAVAIL {
+                return Err(io::Error::new(
+                    io::ErrorKind::AddrNotAvailable,
+                    format!("no RDMA device can reach {dst} ({err})"),
+                ));
+            }
+            return Err(error::call_error("rdma_resolve_addr", errno));
+        }
+        Ok(())
+    }
+
+    /// Starts route resolution; the result arrives as `ROUTE_RESOLVED` or `ROUTE_ERROR`.
+    pub(crate) fn resolve_route(&self, timeout_ms: i32) -> io::Result<()> {
+        // SAFETY: the id is valid.
+        let ret = unsafe { sys::rdma_resolve_route(self.raw.as_ptr(), timeout_ms) };
+        if ret != 0 {
+            return Err(error::last_error("rdma_resolve_route"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn listen(&self, backlog: i32) -> io::Result<()> {
+        // SAFETY: the id is valid and bound.
+        if unsafe { sys::rdma_listen(self.raw.as_ptr(), backlog) } != 0 {
+            return Err(error::last_error("rdma_listen"));
+        }
+        Ok(())
+    }
+
+    /// Sends the connection request; the answer arrives as an event.
+    pub(crate) fn connect(&self, param: &RawConnParam) -> io::Result<()> {
+        let mut c = param.as_sys()?;
+        // SAFETY: the id is valid with a resolved route; `c` borrows `param`, which outlives the
+        // call (librdmacm copies the private data).
+        if unsafe { sys::rdma_connect(self.raw.as_ptr(), &mut c) } != 0 {
+            return Err(error::last_error("rdma_connect"));
+        }
+        Ok(())
+    }
+
+    /// Accepts a connection request; `ESTABLISHED` follows as an event.
+    pub(crate) fn accept(&self, param: &RawConnParam) -> io::Result<()> {
+        let mut c = param.as_sys()?;
+        // SAFETY: as in `connect`.
+        if unsafe { sys::rdma_accept(self.raw.as_ptr(), &mut c) } != 0 {
+            return Err(error::last_error("rdma_accept"));
+        }
+        Ok(())
+    }
+
+    /// Rejects a connection request, with optional private data for the peer.
+    pub(crate) fn reject(&self, private_data: &[u8]) -> io::Result<()> {
+        let len = u8::try_from(private_data.len())
+            .map_err(|_| error::invalid_input("reject private data longer than 255 bytes"))?;
+        let data = if len == 0 {
+            ptr::null()
+        } else {
+            private_data.as_ptr().cast()
+        };
+        // SAFETY: the id is valid; `data` points at `len` bytes for the duration of the call.
+        if unsafe { sys::rdma_reject(self.raw.as_ptr(), data, len) } != 0 {
+            return Err(error::last_error("rdma_reject"));
+        }
+        Ok(())
+    }
+
+    /// Starts a disconnect (moves the queue pair to the error state and sends a DREQ).
+    pub(crate) fn disconnect(&self) -> io::Result<()> {
+        // SAFETY: the id is valid.
+        if unsafe { sys::rdma_disconnect(self.raw.as_ptr()) } != 0 {
+            return Err(error::last_error("rdma_disconnect"));
+        }
+        Ok(())
+    }
+
+    pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
+        // SAFETY: the id is valid; the returned pointer points into it.
+        let sa = unsafe { sys::rdma_async_get_local_addr(self.raw.as_ptr()) };
+        // SAFETY: `sa` points at a sockaddr_storage-sized field of the live id.
+        unsafe { from_sockaddr(sa.cast_const()) }
+    }
+
+    pub(crate) fn peer_addr(&self) -> io::Result<SocketAddr> {
+        // SAFETY: as in `local_addr`.
+        let sa = unsafe { sys::rdma_async_get_peer_addr(self.raw.as_ptr()) };
+        // SAFETY: as in `local_addr`.
+        unsafe { from_sockaddr(sa.cast_const()) }
+    }
+}
+
+impl Drop for CmId {
+    fn drop(&mut self) {
+        // SAFETY: the id is valid and destroyed once. Its queue pair, if any, was destroyed by
+        // the `QueuePair` that holds an `Arc` to this id; its events were acked when read.
+        unsafe { sys::rdma_destroy_id(self.raw.as_ptr()) };
+    }
+}

@@ -1,0 +1,27 @@
+//! The verbs layer: RAII owners of libibverbs and librdmacm objects.
+//!
+//! This is the only module of the crate with `unsafe` code. Each type owns one C object, frees it
+//! in `Drop`, and holds `Arc`s to the objects it depends on, so a parent can never be destroyed
+//! before a child (a queue pair before its completion queues, a memory region before its
+//! protection domain, everything before its `rdma_cm_id`). Registered memory is never viewed
+//! through a Rust reference: the device (and, with remote access, the peer) may write it at any
+//! time, so data moves in and out with raw-pointer copies only.
+
+mod async_fd;
+mod cm_id;
+mod comp_queue;
+mod event_channel;
+mod memory;
+mod protection_domain;
+mod queue_pair;
+mod sockaddr;
+mod work;
+
+pub(crate) use async_fd::register_readable;
+pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
+pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
+pub(crate) use event_channel::{CmEvent, EventChannel};
+pub(crate) use memory::{Access, RegisteredBuffer};
+pub(crate) use protection_domain::ProtectionDomain;
+pub(crate) use queue_pair::{QpCaps, QueuePair, SendRequest};
+pub(crate) use work::{WcStatus, WorkCompletion};

@@ -1,0 +1,53 @@
+//! Work completions, copied out of the completion queue into plain Rust values.
+
+use rdma_async_sys as sys;
+use sys::ibv_wc_status as st;
+
+/// The status of a work completion (`enum ibv_wc_status`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WcStatus(pub(crate) u32);
+
+impl WcStatus {
+    pub(crate) const SUCCESS: WcStatus = WcStatus(st::IBV_WC_SUCCESS);
+    pub(crate) const FLUSH: WcStatus = WcStatus(st::IBV_WC_WR_FLUSH_ERR);
+
+    pub(crate) fn is_success(self) -> bool {
+        self == Self::SUCCESS
+    }
+
+    /// libibverbs' description, e.g. "transport retry counter exceeded".
+    pub(crate) fn describe(self) -> String {
+        // SAFETY: ibv_wc_status_str accepts any value and returns a static C string.
+        let ptr = unsafe { sys::ibv_wc_status_str(self.0) };
+        // SAFETY: `ptr` is a valid, NUL-terminated, static string.
+        let s = unsafe { std::ffi::CStr::from_ptr(ptr) };
+        s.to_string_lossy().into_owned()
+    }
+}
+
+/// A work completion: what finished, how, and how many bytes it carried.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkCompletion {
+    pub(crate) wr_id: u64,
+    pub(crate) status: WcStatus,
+    pub(crate) byte_len: u32,
+    pub(crate) vendor_err: u32,
+}
+
+impl WorkCompletion {
+    pub(crate) const EMPTY: WorkCompletion = WorkCompletion {
+        wr_id: 0,
+        status: WcStatus::SUCCESS,
+        byte_len: 0,
+        vendor_err: 0,
+    };
+
+    pub(super) fn from_sys(wc: &sys::ibv_wc) -> Self {
+        WorkCompletion {
+            wr_id: wc.wr_id,
+            status: WcStatus(wc.status),
+            byte_len: wc.byte_len,
+            vendor_err: wc.vendor_err,
+        }
+    }
+}

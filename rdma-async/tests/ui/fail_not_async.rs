@@ -1,0 +1,4 @@
+#[rdma_async::test]
+fn not_async() {}
+
+fn main() {}

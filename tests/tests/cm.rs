@@ -1,0 +1,335 @@
+//! Connection management and messages on a real RDMA device.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use rdma_async::cm::{CmError, ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA};
+use rdma_async::endpoint::{Endpoint, EndpointOptions};
+use rdma_async_tests::{err_kind, guard, listener, test_ip, test_ip6};
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connect_accept_echo() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    assert_eq!(addr.ip(), test_ip());
+    assert_ne!(addr.port(), 0, "an ephemeral port was assigned");
+    let server = tokio::spawn(async move {
+        let request = listener.accept_request().await?;
+        let ep = Endpoint::accept(request, &EndpointOptions::new()).await?;
+        for _ in 0..3 {
+            let msg = ep.recv().await?;
+            ep.send(&msg).await?;
+        }
+        ep.closed().await?;
+        io::Result::Ok(ep.peer_addr())
+    });
+    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
+        .await
+        .unwrap();
+    assert_eq!(client.peer_addr(), addr);
+    for (i, size) in [0usize, 1, 4096].into_iter().enumerate() {
+        let msg: Vec<u8> = (0..size).map(|b| (b as u8).wrapping_add(i as u8)).collect();
+        client.send(&msg).await.unwrap();
+        let back = guard("echo", client.recv()).await.unwrap();
+        assert_eq!(&back[..], &msg[..], "echo of {size} bytes");
+    }
+    let local = client.local_addr();
+    guard("disconnect", client.disconnect()).await.unwrap();
+    let seen_peer = guard("server", server).await.unwrap().unwrap();
+    assert_eq!(seen_peer, local, "the server saw the client's address");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ipv6_connect_and_echo() {
+    let listener = rdma_async::cm::CmListener::bind(SocketAddr::new(test_ip6(), 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    assert!(addr.is_ipv6());
+    let server = tokio::spawn(async move {
+        let ep =
+            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
+        let msg = ep.recv().await?;
+        ep.send(&msg).await?;
+        ep.closed().await
+    });
+    let client = guard(
+        "connect v6",
+        Endpoint::connect(addr, &EndpointOptions::new()),
+    )
+    .await
+    .unwrap();
+    client.send(b"over ipv6").await.unwrap();
+    assert_eq!(
+        &guard("echo", client.recv()).await.unwrap()[..],
+        b"over ipv6"
+    );
+    client.disconnect().await.unwrap();
+    guard("server", server).await.unwrap().unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_concurrent_connections() {
+    const N: usize = 20;
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let mut sessions = Vec::new();
+        for _ in 0..N {
+            let request = listener.accept_request().await?;
+            sessions.push(tokio::spawn(async move {
+                let ep = Endpoint::accept(request, &EndpointOptions::new()).await?;
+                let msg = ep.recv().await?;
+                ep.send(&msg).await?;
+                ep.closed().await
+            }));
+        }
+        for s in sessions {
+            s.await.expect("session task")?;
+        }
+        io::Result::Ok(())
+    });
+    let clients: Vec<_> = (0..N)
+        .map(|i| {
+            tokio::spawn(async move {
+                let ep = Endpoint::connect(addr, &EndpointOptions::new()).await?;
+                let msg = format!("client {i}").into_bytes();
+                ep.send(&msg).await?;
+                let back = ep.recv().await?;
+                assert_eq!(back, msg);
+                ep.disconnect().await
+            })
+        })
+        .collect();
+    for c in clients {
+        guard("client", c).await.unwrap().unwrap();
+    }
+    guard("server", server).await.unwrap().unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn private_data_both_ways_at_maximum_size() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let request_data: Vec<u8> = (1..=MAX_CONNECT_PRIVATE_DATA as u8).collect();
+    let accept_data: Vec<u8> = (0..MAX_ACCEPT_PRIVATE_DATA)
+        .map(|i| 255 - i as u8)
+        .collect();
+    let expected_request = request_data.clone();
+    let reply = accept_data.clone();
+    let server = tokio::spawn(async move {
+        let request = listener.accept_request().await?;
+        assert_eq!(request.private_data(), &expected_request[..]);
+        let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(reply));
+        let ep = Endpoint::accept(request, &opts).await?;
+        assert_eq!(ep.peer_private_data(), &expected_request[..]);
+        ep.closed().await
+    });
+    let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(request_data));
+    let client = guard("connect", Endpoint::connect(addr, &opts))
+        .await
+        .unwrap();
+    assert_eq!(client.peer_private_data(), &accept_data[..]);
+    client.disconnect().await.unwrap();
+    guard("server", server).await.unwrap().unwrap();
+
+    // One byte more than fits is refused before anything is sent.
+    let too_long = ConnParams::new().private_data(vec![0; MAX_CONNECT_PRIVATE_DATA + 1]);
+    let (kind, msg) =
+        err_kind(Endpoint::connect(addr, &EndpointOptions::new().conn_params(too_long)).await);
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    assert!(msg.contains("private data"), "{msg}");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_private_data_arrives_as_a_prefix() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let request = listener.accept_request().await?;
+        let data = request.private_data().to_vec();
+        request.reject(b"")?;
+        io::Result::Ok(data)
+    });
+    let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(*b"hello"));
+    let _ = Endpoint::connect(addr, &opts).await;
+    let seen = guard("server", server).await.unwrap().unwrap();
+    assert!(seen.starts_with(b"hello"), "{seen:?}");
+    assert!(
+        seen[5..].iter().all(|&b| b == 0),
+        "padding is zeros: {seen:?}"
+    );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejection_carries_private_data() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let request = listener.accept_request().await?;
+        request.reject(b"go away: server full")
+    });
+    let result = guard("connect", Endpoint::connect(addr, &EndpointOptions::new())).await;
+    let err = result.expect_err("a rejected connect fails");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+    let cm = err
+        .get_ref()
+        .and_then(|e| e.downcast_ref::<CmError>())
+        .expect("a CmError inside");
+    assert!(cm.is_consumer_reject(), "{cm}");
+    assert!(
+        cm.private_data().starts_with(b"go away: server full"),
+        "{:?}",
+        cm.private_data()
+    );
+    assert!(err.to_string().contains("rejected"), "{err}");
+    guard("server", server).await.unwrap().unwrap();
+}
+
+#[rdma_async::test]
+async fn nothing_listening_is_connection_refused() {
+    // Bind and drop a listener to find a port where nothing listens now.
+    let port = listener().await.local_addr().port();
+    let addr = SocketAddr::new(test_ip(), port);
+    let err = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
+    assert!(err.to_string().contains("nothing listens"), "{err}");
+}
+
+#[rdma_async::test]
+async fn unanswered_peer_fails_within_the_connect_timeout() {
+    // On the RDMA netdev's subnet but no host there: the connection request is never answered
+    // (the netdev resolves neighbours without ARP, so address resolution itself succeeds).
+    let silent = match test_ip() {
+        std::net::IpAddr::V4(ip) => {
+            let o = ip.octets();
+            std::net::IpAddr::from([o[0], o[1], o[2], o[3].wrapping_add(100)])
+        }
+        v6 => v6,
+    };
+    let opts = EndpointOptions::new()
+        .resolve_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(2));
+    let result = guard(
+        "connect",
+        Endpoint::connect(SocketAddr::new(silent, 7471), &opts),
+    )
+    .await;
+    let (kind, msg) = err_kind(result);
+    assert!(
+        matches!(
+            kind,
+            io::ErrorKind::TimedOut | io::ErrorKind::HostUnreachable
+        ),
+        "{kind:?}: {msg}"
+    );
+    assert!(
+        msg.contains(&silent.to_string()),
+        "the message names the peer: {msg}"
+    );
+}
+
+#[rdma_async::test]
+async fn unroutable_address_fails_within_the_timeout() {
+    // TEST-NET-1: no route in the test guest.
+    let opts = EndpointOptions::new()
+        .resolve_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_secs(5));
+    let result = guard("connect", Endpoint::connect("192.0.2.1:7471", &opts)).await;
+    let (kind, msg) = err_kind(result);
+    assert!(
+        matches!(
+            kind,
+            io::ErrorKind::NetworkUnreachable
+                | io::ErrorKind::HostUnreachable
+                | io::ErrorKind::AddrNotAvailable
+                | io::ErrorKind::TimedOut
+        ),
+        "{kind:?}: {msg}"
+    );
+}
+
+#[rdma_async::test]
+async fn unresolvable_name_is_a_clear_error() {
+    let result = Endpoint::connect("no-such-host.invalid:7471", &EndpointOptions::new()).await;
+    let (_, msg) = err_kind(result);
+    assert!(msg.contains("cannot resolve"), "{msg}");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peer_disconnect_is_seen_after_its_messages() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let ep =
+            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
+        for i in 0..3u8 {
+            ep.send(&[i; 100]).await?;
+        }
+        ep.disconnect().await
+    });
+    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
+        .await
+        .unwrap();
+    for i in 0..3u8 {
+        assert_eq!(
+            &guard("recv", client.recv()).await.unwrap()[..],
+            &[i; 100][..]
+        );
+    }
+    let (kind, msg) = err_kind(guard("recv after disconnect", client.recv()).await);
+    assert_eq!(kind, io::ErrorKind::ConnectionReset, "{msg}");
+    guard("closed", client.closed()).await.unwrap();
+    let (kind, msg) = err_kind(client.send(b"late").await);
+    assert_eq!(kind, io::ErrorKind::BrokenPipe, "{msg}");
+    guard("server", server).await.unwrap().unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_peer_is_seen_as_disconnect() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let ep =
+            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
+        drop(ep);
+        io::Result::Ok(())
+    });
+    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
+        .await
+        .unwrap();
+    guard("server", server).await.unwrap().unwrap();
+    let (kind, msg) = err_kind(guard("recv", client.recv()).await);
+    assert_eq!(kind, io::ErrorKind::ConnectionReset, "{msg}");
+}
+
+#[rdma_async::test]
+async fn oversized_message_is_rejected_before_sending() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let opts = EndpointOptions::new().max_message_size(256);
+    let server_opts = opts.clone();
+    let server = tokio::spawn(async move {
+        let ep = Endpoint::accept(listener.accept_request().await?, &server_opts).await?;
+        let msg = ep.recv().await?;
+        ep.closed().await?;
+        io::Result::Ok(msg)
+    });
+    let client = guard("connect", Endpoint::connect(addr, &opts))
+        .await
+        .unwrap();
+    let (kind, msg) = err_kind(client.send(&[0; 257]).await);
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    client
+        .send(&[7; 256])
+        .await
+        .expect("a message of exactly the maximum size");
+    client.disconnect().await.unwrap();
+    assert_eq!(
+        &guard("server", server).await.unwrap().unwrap()[..],
+        &[7; 256][..]
+    );
+}
