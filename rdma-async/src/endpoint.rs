@@ -384,14 +384,21 @@ impl Endpoint {
                 }
                 return Ok(());
             }
-            tokio::select! {
-                biased;
-                n = self.send_cq.completions(&mut wcs) => {
-                    let n = n?;
-                    self.reap_sends(&mut state, &wcs[..n]);
-                }
-                closed = self.link.closed() => closed?,
-            }
+            let n = self.completions_or_closed(&self.send_cq, &mut wcs).await?;
+            self.reap_sends(&mut state, &wcs[..n]);
+        }
+    }
+
+    /// Waits for completions on `cq` or for the connection to close (then returns 0).
+    async fn completions_or_closed(
+        &self,
+        cq: &AsyncCq,
+        wcs: &mut [WorkCompletion],
+    ) -> io::Result<usize> {
+        tokio::select! {
+            biased;
+            n = cq.completions(wcs) => n,
+            closed = self.link.closed() => closed.map(|()| 0),
         }
     }
 
@@ -436,14 +443,8 @@ impl Endpoint {
                 // Messages that completed before the disconnect were taken above.
                 return Err(self.link.closed_error(false));
             }
-            tokio::select! {
-                biased;
-                n = self.recv_cq.completions(&mut wcs) => {
-                    let n = n?;
-                    self.reap_recvs(&mut state, &wcs[..n]);
-                }
-                closed = self.link.closed() => closed?,
-            }
+            let n = self.completions_or_closed(&self.recv_cq, &mut wcs).await?;
+            self.reap_recvs(&mut state, &wcs[..n]);
         }
     }
 
@@ -503,13 +504,9 @@ impl Endpoint {
             if self.link.is_disconnected() {
                 return;
             }
-            tokio::select! {
-                biased;
-                n = self.send_cq.completions(&mut wcs) => match n {
-                    Ok(n) => self.reap_sends(&mut state, &wcs[..n]),
-                    Err(_) => return,
-                },
-                closed = self.link.closed() => if closed.is_err() { return },
+            match self.completions_or_closed(&self.send_cq, &mut wcs).await {
+                Ok(n) => self.reap_sends(&mut state, &wcs[..n]),
+                Err(_) => return,
             }
         }
     }

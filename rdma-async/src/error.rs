@@ -53,6 +53,17 @@ pub(crate) fn last_error(call: &'static str) -> io::Error {
     call_error(call, errno)
 }
 
+/// The error after a failed non-blocking call: `WouldBlock` as is (callers wait and retry),
+/// anything else named after `call`.
+pub(crate) fn last_error_or_would_block(call: &'static str) -> io::Error {
+    let err = io::Error::last_os_error();
+    if err.kind() == io::ErrorKind::WouldBlock {
+        err
+    } else {
+        call_error(call, err.raw_os_error().unwrap_or(libc::EIO))
+    }
+}
+
 /// The error for "this machine has no usable RDMA stack or device".
 pub(crate) fn no_device(detail: impl fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::NotFound, format!("no RDMA device: {detail}"))

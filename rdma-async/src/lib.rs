@@ -8,6 +8,7 @@
 //! - [`cm`]: connection management: [`cm::CmListener`], [`cm::ConnectRequest`],
 //!   [`cm::ConnParams`] (private data, retry counts, initiator depth, responder resources).
 //! - [`endpoint`]: [`endpoint::Endpoint`], messages over a reliable connected queue pair.
+//! - [`device`]: the RDMA devices of this machine.
 //! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime;
 //!   `#[rdma_async::test]` skips, or with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine
 //!   has no RDMA device.
@@ -39,7 +40,7 @@
 
 pub mod cm;
 mod completion;
-mod device;
+pub mod device;
 pub mod endpoint;
 mod error;
 mod verbs;

@@ -49,3 +49,14 @@ async fn bind_without_a_device_is_a_clear_error() {
     let err = CmListener::bind("0.0.0.0:0").await.unwrap_err();
     assert_no_device_error(&err);
 }
+
+#[test]
+fn device_list_is_empty_or_a_clear_error_without_a_device() {
+    if !no_device_here() {
+        return;
+    }
+    match rdma_async::device::devices() {
+        Ok(devices) => assert!(devices.is_empty(), "{devices:?}"),
+        Err(err) => assert_no_device_error(&err),
+    }
+}

@@ -333,3 +333,24 @@ async fn oversized_message_is_rejected_before_sending() {
         &[7; 256][..]
     );
 }
+
+#[rdma_async::test]
+async fn device_list_shows_the_test_device() {
+    let devices = rdma_async::device::devices().expect("list devices");
+    assert!(
+        !devices.is_empty(),
+        "a device test runs where a device exists"
+    );
+    let sysfs: Vec<String> = std::fs::read_dir("/sys/class/infiniband")
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for dev in &devices {
+        assert!(
+            sysfs.contains(&dev.name().to_owned()),
+            "{} is in sysfs {sysfs:?}",
+            dev.name()
+        );
+        assert_ne!(dev.node_guid(), 0, "{} has a node GUID", dev.name());
+    }
+}

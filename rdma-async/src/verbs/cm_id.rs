@@ -113,11 +113,16 @@ impl CmId {
         self.raw.as_ptr()
     }
 
-    /// The verbs context of the device the id is bound to, or `None` before address resolution
+    /// The verbs context of the device the id is bound to; an error before address resolution
     /// (or a bind to a specific address) has picked a device.
-    pub(crate) fn verbs(&self) -> Option<NonNull<sys::ibv_context>> {
+    pub(crate) fn verbs(&self) -> io::Result<NonNull<sys::ibv_context>> {
         // SAFETY: the id is valid for `self`'s lifetime.
-        NonNull::new(unsafe { (*self.raw.as_ptr()).verbs })
+        NonNull::new(unsafe { (*self.raw.as_ptr()).verbs }).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the rdma_cm id is not bound to a device yet",
+            )
+        })
     }
 
     pub(crate) fn bind_addr(&self, addr: SocketAddr) -> io::Result<()> {

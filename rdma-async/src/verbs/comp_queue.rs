@@ -30,12 +30,7 @@ unsafe impl Sync for CompletionChannel {}
 
 impl CompletionChannel {
     pub(crate) fn new(id: Arc<CmId>) -> io::Result<Self> {
-        let ctx = id.verbs().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotConnected,
-                "the rdma_cm id is not bound to a device yet",
-            )
-        })?;
+        let ctx = id.verbs()?;
         // SAFETY: `ctx` is the live verbs context of a live id.
         let raw = unsafe { sys::ibv_create_comp_channel(ctx.as_ptr()) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_create_comp_channel"))?;
@@ -54,12 +49,7 @@ impl CompletionChannel {
         let mut ctx = ptr::null_mut();
         // SAFETY: the channel is valid; both out-pointers are valid.
         if unsafe { sys::ibv_get_cq_event(self.raw.as_ptr(), &mut cq, &mut ctx) } != 0 {
-            let err = io::Error::last_os_error();
-            return Err(if err.kind() == io::ErrorKind::WouldBlock {
-                err
-            } else {
-                error::last_error("ibv_get_cq_event")
-            });
+            return Err(error::last_error_or_would_block("ibv_get_cq_event"));
         }
         NonNull::new(cq).ok_or_else(|| error::call_error("ibv_get_cq_event", libc::EIO))
     }
@@ -100,10 +90,7 @@ unsafe impl Sync for CompletionQueue {}
 
 impl CompletionQueue {
     pub(crate) fn new(channel: Arc<CompletionChannel>, entries: u32) -> io::Result<Self> {
-        let ctx = channel
-            ._id
-            .verbs()
-            .ok_or_else(|| error::call_error("ibv_create_cq", libc::ENODEV))?;
+        let ctx = channel._id.verbs()?;
         let cqe = i32::try_from(entries).map_err(|_| error::invalid_input("CQ size too large"))?;
         // SAFETY: live context and channel; a NULL cq_context is allowed.
         let raw = unsafe {

@@ -61,12 +61,7 @@ impl EventChannel {
         let mut event = std::ptr::null_mut();
         // SAFETY: the channel is valid for `self`'s lifetime; `event` is a valid out-pointer.
         if unsafe { sys::rdma_get_cm_event(self.raw.as_ptr(), &mut event) } != 0 {
-            let err = io::Error::last_os_error();
-            return Err(if err.kind() == io::ErrorKind::WouldBlock {
-                err
-            } else {
-                error::last_error("rdma_get_cm_event")
-            });
+            return Err(error::last_error_or_would_block("rdma_get_cm_event"));
         }
         // SAFETY: on success librdmacm returned a valid event that stays valid until acked below.
         let event_ref = unsafe { &*event };

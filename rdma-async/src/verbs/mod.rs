@@ -10,6 +10,7 @@
 mod async_fd;
 mod cm_id;
 mod comp_queue;
+mod device_list;
 mod event_channel;
 mod memory;
 mod protection_domain;
@@ -20,6 +21,7 @@ mod work;
 pub(crate) use async_fd::register_readable;
 pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
 pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
+pub(crate) use device_list::DeviceList;
 pub(crate) use event_channel::{CmEvent, EventChannel};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;

@@ -27,12 +27,7 @@ unsafe impl Sync for ProtectionDomain {}
 impl ProtectionDomain {
     /// Allocates a protection domain on the device `id` is bound to.
     pub(crate) fn new(id: Arc<CmId>) -> io::Result<Self> {
-        let ctx = id.verbs().ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::NotConnected,
-                "the rdma_cm id is not bound to a device yet",
-            )
-        })?;
+        let ctx = id.verbs()?;
         // SAFETY: `ctx` is the live verbs context of a live id.
         let raw = unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_alloc_pd"))?;
