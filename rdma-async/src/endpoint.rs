@@ -21,8 +21,8 @@ use crate::cm::{ConnParams, ConnectRequest};
 use crate::completion::{AsyncCq, wc_error};
 use crate::error;
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, ProtectionDomain, QpCaps, QueuePair,
-    RegisteredBuffer, SendRequest, WcStatus, WorkCompletion,
+    Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
+    QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
 
 const SEND_BUFFER: usize = 0;
@@ -159,6 +159,8 @@ pub struct Endpoint {
     recv: tokio::sync::Mutex<RecvState>,
     max_message_size: usize,
     send_depth: usize,
+    /// The inline limit the queue pair really got.
+    max_inline: usize,
 }
 
 /// What `build` creates between route resolution and connect/accept.
@@ -193,6 +195,7 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
         max_send_wr: opts.send_depth,
         max_recv_wr: opts.recv_depth,
         max_inline_data: opts.max_inline,
+        max_send_sge: 1,
     };
     let qp = QueuePair::new(
         pd,
@@ -203,7 +206,14 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
     )?;
     // Receives are posted before the handshake, so the peer may send as soon as it is connected.
     for slot in 0..opts.recv_depth as usize {
-        qp.post_recv(slot as u64, RECV_BUFFER, slot * max, max)?;
+        qp.post_recv(
+            slot as u64,
+            Some(Segment {
+                buffer: RECV_BUFFER,
+                offset: slot * max,
+                len: max,
+            }),
+        )?;
     }
     Ok(Parts {
         qp,
@@ -290,6 +300,7 @@ impl Endpoint {
     fn assemble(parts: Parts, link: CmLink, options: &EndpointOptions) -> Endpoint {
         let max = options.max_message_size;
         tracing::debug!(peer = %link.peer_addr(), qp = parts.qp.qp_num(), "endpoint connected");
+        let max_inline = parts.qp.max_inline_data() as usize;
         Endpoint {
             link,
             qp: parts.qp,
@@ -305,6 +316,7 @@ impl Endpoint {
             }),
             max_message_size: max,
             send_depth: options.send_depth as usize,
+            max_inline,
         }
     }
 
@@ -369,16 +381,28 @@ impl Endpoint {
             }
             if let Some(slot) = state.free_slots.pop() {
                 let offset = slot * self.max_message_size;
-                self.qp.buffer(SEND_BUFFER).write_at(offset, msg)?;
-                let req = SendRequest {
-                    wr_id: slot as u64,
+                if msg.len() > self.max_inline {
+                    self.qp.buffer(SEND_BUFFER).write_at(offset, msg)?;
+                }
+                let segment = [Segment {
                     buffer: SEND_BUFFER,
                     offset,
                     len: msg.len(),
-                    signaled: true,
-                    imm_data: None,
+                }];
+                let payload = if msg.len() <= self.max_inline && !msg.is_empty() {
+                    Payload::Inline(msg)
+                } else if msg.is_empty() {
+                    Payload::Empty
+                } else {
+                    Payload::Segments(&segment)
                 };
-                if let Err(e) = self.qp.post_send(req) {
+                let req = WorkRequest {
+                    wr_id: slot as u64,
+                    opcode: Opcode::Send { imm: None },
+                    payload,
+                    signaled: true,
+                };
+                if let Err(e) = self.qp.post(&req) {
                     state.free_slots.push(slot);
                     return Err(e);
                 }
@@ -471,7 +495,12 @@ impl Endpoint {
                 continue;
             }
             state.ready.push_back(Bytes::from(msg));
-            if let Err(e) = self.qp.post_recv(wc.wr_id, RECV_BUFFER, slot * max, max)
+            let segment = Segment {
+                buffer: RECV_BUFFER,
+                offset: slot * max,
+                len: max,
+            };
+            if let Err(e) = self.qp.post_recv(wc.wr_id, Some(segment))
                 && !self.link.is_disconnected()
             {
                 state.error.get_or_insert((e.kind(), e.to_string()));

@@ -25,5 +25,5 @@ pub(crate) use device_list::DeviceList;
 pub(crate) use event_channel::{CmEvent, EventChannel};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;
-pub(crate) use queue_pair::{QpCaps, QueuePair, SendRequest};
+pub(crate) use queue_pair::{Opcode, Payload, QpCaps, QueuePair, Segment, WorkRequest};
 pub(crate) use work::{WcStatus, WorkCompletion};

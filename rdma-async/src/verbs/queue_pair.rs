@@ -22,6 +22,8 @@ pub(crate) struct QpCaps {
     pub(crate) max_send_wr: u32,
     pub(crate) max_recv_wr: u32,
     pub(crate) max_inline_data: u32,
+    /// Gather entries per send work request (at most [`MAX_SEGMENTS`]).
+    pub(crate) max_send_sge: u32,
 }
 
 /// A connected queue pair, with the registered buffers it posts from.
@@ -42,17 +44,44 @@ unsafe impl Send for QueuePair {}
 // SAFETY: as above.
 unsafe impl Sync for QueuePair {}
 
-/// One posted send.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct SendRequest {
-    pub(crate) wr_id: u64,
+/// A range of one of the queue pair's own buffers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Segment {
     /// Index into the queue pair's buffers.
     pub(crate) buffer: usize,
     pub(crate) offset: usize,
     pub(crate) len: usize,
-    pub(crate) signaled: bool,
-    pub(crate) imm_data: Option<u32>,
 }
+
+/// Where the bytes of a send or write come from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Payload<'a> {
+    /// No bytes (a zero-length write with immediate, for example).
+    Empty,
+    /// Up to [`MAX_SEGMENTS`] ranges of the queue pair's buffers, gathered in order.
+    Segments(&'a [Segment]),
+    /// Bytes copied into the work request itself (at most `max_inline_data`).
+    Inline(&'a [u8]),
+}
+
+/// What a work request does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opcode {
+    /// A send, consuming one of the peer's posted receives.
+    Send { imm: Option<u32> },
+}
+
+/// One work request for the send queue.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct WorkRequest<'a> {
+    pub(crate) wr_id: u64,
+    pub(crate) opcode: Opcode,
+    pub(crate) payload: Payload<'a>,
+    pub(crate) signaled: bool,
+}
+
+/// Most gather entries a work request may carry (a ring buffer's wrap needs two).
+pub(crate) const MAX_SEGMENTS: usize = 2;
 
 impl QueuePair {
     /// Creates the RC queue pair of `id` on `pd`. `buffers` must be registered on `pd`.
@@ -70,7 +99,7 @@ impl QueuePair {
         attr.recv_cq = recv_cq.as_ptr();
         attr.cap.max_send_wr = caps.max_send_wr;
         attr.cap.max_recv_wr = caps.max_recv_wr;
-        attr.cap.max_send_sge = 1;
+        attr.cap.max_send_sge = caps.max_send_sge.clamp(1, MAX_SEGMENTS as u32);
         attr.cap.max_recv_sge = 1;
         attr.cap.max_inline_data = caps.max_inline_data;
         attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
@@ -104,6 +133,11 @@ impl QueuePair {
         self.qp_num
     }
 
+    /// The inline limit the provider granted (it may exceed the one asked for).
+    pub(crate) fn max_inline_data(&self) -> u32 {
+        self.max_inline_data
+    }
+
     pub(crate) fn buffer(&self, index: usize) -> &RegisteredBuffer {
         &self.buffers[index]
     }
@@ -128,30 +162,67 @@ impl QueuePair {
         })
     }
 
-    /// Posts a send of `len` bytes at `offset` in buffer `buffer` (inline when it fits).
-    pub(crate) fn post_send(&self, req: SendRequest) -> io::Result<()> {
-        let mut sge = self.sge(req.buffer, req.offset, req.len)?;
+    /// Posts one work request to the send queue.
+    pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
+        let mut sges = [sys::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SEGMENTS];
         // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = req.wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = if req.len == 0 { 0 } else { 1 };
-        match req.imm_data {
-            Some(imm) => {
-                wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM;
-                wr.__bindgen_anon_1.imm_data = imm.to_be();
+        let num_sge = match req.payload {
+            Payload::Empty => 0,
+            Payload::Segments(segments) => {
+                if segments.len() > MAX_SEGMENTS {
+                    return Err(error::invalid_input("too many gather segments"));
+                }
+                for (sge, seg) in sges.iter_mut().zip(segments) {
+                    *sge = self.sge(seg.buffer, seg.offset, seg.len)?;
+                }
+                segments.len()
             }
-            None => wr.opcode = sys::ibv_wr_opcode::IBV_WR_SEND,
+            Payload::Inline(bytes) => {
+                // The device must copy the bytes while posting: a longer "inline" request would
+                // leave it reading `bytes` after this call returned.
+                if bytes.len() > self.max_inline_data as usize {
+                    return Err(error::invalid_input(format!(
+                        "{} bytes exceed the queue pair's inline limit of {}",
+                        bytes.len(),
+                        self.max_inline_data
+                    )));
+                }
+                let length = u32::try_from(bytes.len())
+                    .map_err(|_| error::invalid_input("inline too long"))?;
+                sges[0] = sys::ibv_sge {
+                    addr: bytes.as_ptr() as u64,
+                    length,
+                    lkey: 0,
+                };
+                wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+                usize::from(!bytes.is_empty())
+            }
+        };
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = num_sge as i32;
+        let Opcode::Send { imm } = req.opcode;
+        wr.opcode = if imm.is_some() {
+            sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+        } else {
+            sys::ibv_wr_opcode::IBV_WR_SEND
+        };
+        if let Some(imm) = imm {
+            wr.__bindgen_anon_1.imm_data = imm.to_be();
         }
         if req.signaled {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
         }
-        if req.len as u64 <= u64::from(self.max_inline_data) && req.len > 0 {
-            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
-        }
         let mut bad = ptr::null_mut();
-        // SAFETY: the QP is live; the SGE covers a checked range of a buffer this QP owns, which
-        // stays allocated and registered until after the QP is destroyed in Drop.
+        // SAFETY: the QP is live. Gather entries cover checked ranges of buffers this QP owns,
+        // which stay allocated and registered until after the QP is destroyed in Drop; an inline
+        // payload is copied by the provider during this call (its length was checked against
+        // the QP's inline limit).
         let ret = unsafe { sys::rdma_async_post_send(self.raw(), &mut wr, &mut bad) };
         if ret != 0 {
             return Err(error::call_error("ibv_post_send", ret));
@@ -159,23 +230,25 @@ impl QueuePair {
         Ok(())
     }
 
-    /// Posts a receive into `len` bytes at `offset` in buffer `buffer`.
-    pub(crate) fn post_recv(
-        &self,
-        wr_id: u64,
-        buffer: usize,
-        offset: usize,
-        len: usize,
-    ) -> io::Result<()> {
-        let mut sge = self.sge(buffer, offset, len)?;
+    /// Posts a receive into `segment`, or with no buffer (for RDMA writes with immediate,
+    /// which deliver only the immediate).
+    pub(crate) fn post_recv(&self, wr_id: u64, segment: Option<Segment>) -> io::Result<()> {
+        let mut sge = match segment {
+            Some(seg) => self.sge(seg.buffer, seg.offset, seg.len)?,
+            None => sys::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            },
+        };
         // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
-        wr.num_sge = 1;
+        wr.num_sge = i32::from(segment.is_some());
         let mut bad = ptr::null_mut();
-        // SAFETY: as in `post_send`: the device may write only a checked range of a buffer this
-        // QP owns and frees after destroying the QP.
+        // SAFETY: as in `post`: the device may write only a checked range of a buffer this QP
+        // owns and frees after destroying the QP.
         let ret = unsafe { sys::rdma_async_post_recv(self.raw(), &mut wr, &mut bad) };
         if ret != 0 {
             return Err(error::call_error("ibv_post_recv", ret));
