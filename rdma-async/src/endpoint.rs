@@ -371,7 +371,7 @@ impl Endpoint {
             if let Some((kind, msg)) = &state.error {
                 return Err(io::Error::new(*kind, msg.clone()));
             }
-            if self.link.poll_events()? {
+            if self.link.poll_closed()? {
                 return Err(self.link.closed_error(true));
             }
             let n = self.send_cq.try_poll(&mut wcs)?;
@@ -442,7 +442,8 @@ impl Endpoint {
     /// # Errors
     ///
     /// `ConnectionReset` once the peer disconnected and every message it sent before was
-    /// received; `TimedOut` or other kinds when the transport failed.
+    /// received; `NotConnected` after [`Self::disconnect`]; `TimedOut` or other kinds when the
+    /// transport failed.
     ///
     /// # Cancel safety
     ///
@@ -463,7 +464,7 @@ impl Endpoint {
                 self.reap_recvs(&mut state, &wcs[..n]);
                 continue;
             }
-            if self.link.poll_events()? {
+            if self.link.poll_closed()? {
                 // Messages that completed before the disconnect were taken above.
                 return Err(self.link.closed_error(false));
             }
@@ -508,20 +509,23 @@ impl Endpoint {
         }
     }
 
-    /// Waits for posted sends to complete, disconnects, and waits until rdma_cm confirms it.
-    /// Further sends fail with `BrokenPipe`; messages already received can still be read.
+    /// Waits for posted sends to complete, then disconnects: the peer's receives end with
+    /// `ConnectionReset` after the messages sent before. Like closing a socket, this does not wait
+    /// for the peer: rdma_cm confirms the disconnect only once the peer's application handles
+    /// it, which [`Self::closed`] waits for. Further sends fail with `BrokenPipe`; messages
+    /// already received can still be read.
     ///
     /// # Errors
     ///
-    /// The OS error of `rdma_disconnect`, or of reading the event channel.
+    /// The OS error of `rdma_disconnect`.
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe: the disconnect was started; dropping the endpoint finishes it.
+    /// Cancel safe: if dropped while sends are still completing, no disconnect was started (and
+    /// dropping the endpoint disconnects at once).
     pub async fn disconnect(&self) -> io::Result<()> {
         self.flush_sends().await;
-        self.link.disconnect()?;
-        self.link.closed().await
+        self.link.disconnect()
     }
 
     /// Waits until every posted send completed (or failed), so an orderly disconnect does not

@@ -43,6 +43,9 @@ mod completion;
 pub mod device;
 pub mod endpoint;
 mod error;
+pub(crate) mod proto;
+#[cfg(test)]
+mod sim;
 mod verbs;
 
 pub use rdma_async_macros::{main, test};

@@ -354,3 +354,79 @@ async fn device_list_shows_the_test_device() {
         assert_ne!(dev.node_guid(), 0, "{} has a node GUID", dev.name());
     }
 }
+
+/// A receiver whose messages are all already there never waits, so only Tokio's cooperative
+/// budget makes it yield: another task on the same (single) worker must still get to run.
+#[rdma_async::test]
+async fn busy_receiver_lets_other_tasks_run() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    const N: usize = 256;
+    let opts = EndpointOptions::new()
+        .max_message_size(64)
+        .recv_depth(N as u32)
+        .send_depth(N as u32);
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server_opts = opts.clone();
+    let server = tokio::spawn(async move {
+        let ep = Endpoint::accept(listener.accept_request().await?, &server_opts).await?;
+        for i in 0..N {
+            ep.send(&(i as u32).to_le_bytes()).await?;
+        }
+        // Returns once every send completed, i.e. all N messages sit in the client's queue.
+        ep.disconnect().await
+    });
+    let client = guard("connect", Endpoint::connect(addr, &opts))
+        .await
+        .unwrap();
+    guard("server", server).await.unwrap().unwrap();
+
+    let ticks = Arc::new(AtomicUsize::new(0));
+    let ticker = {
+        let ticks = ticks.clone();
+        tokio::spawn(async move {
+            loop {
+                ticks.fetch_add(1, Ordering::Relaxed);
+                tokio::task::yield_now().await;
+            }
+        })
+    };
+    let mut ticks_seen_during_loop = 0;
+    for i in 0..N {
+        let msg = client.recv().await.expect("queued message");
+        assert_eq!(&msg[..], &(i as u32).to_le_bytes(), "message {i} in order");
+        if i < N - 1 {
+            ticks_seen_during_loop = ticks.load(Ordering::Relaxed);
+        }
+    }
+    ticker.abort();
+    assert!(
+        ticks_seen_during_loop > 0,
+        "the ticker never ran while {N} queued messages were received"
+    );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_disconnect_ends_sends_and_receives_at_once() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let ep =
+            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
+        let (kind, _) = err_kind(ep.recv().await);
+        assert_eq!(kind, io::ErrorKind::ConnectionReset);
+        ep.closed().await
+    });
+    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
+        .await
+        .unwrap();
+    client.disconnect().await.unwrap();
+    let (kind, msg) = err_kind(client.send(b"after").await);
+    assert_eq!(kind, io::ErrorKind::BrokenPipe, "{msg}");
+    let (kind, msg) = err_kind(guard("recv", client.recv()).await);
+    assert_eq!(kind, io::ErrorKind::NotConnected, "{msg}");
+    guard("server", server).await.unwrap().unwrap();
+    guard("closed", client.closed()).await.unwrap();
+}

@@ -16,6 +16,8 @@ struct LinkState {
     local_disconnect: bool,
     /// `RDMA_CM_EVENT_DISCONNECTED` arrived (after a local or a peer disconnect).
     disconnected: bool,
+    /// The peer disconnected first.
+    peer_initiated: bool,
     /// The device went away.
     device_removed: bool,
 }
@@ -79,6 +81,7 @@ impl CmLink {
                 ev::RDMA_CM_EVENT_DISCONNECTED => {
                     if !state.local_disconnect {
                         tracing::debug!(peer = %self.peer, "peer disconnected");
+                        state.peer_initiated = true;
                         // Completes the exchange and flushes our queue pair, as librdmacm's
                         // examples do on a peer's disconnect.
                         state.local_disconnect = true;
@@ -97,13 +100,24 @@ impl CmLink {
         }
     }
 
-    /// Records events that are already queued, without waiting.
+    /// Records events that are already queued, without waiting; returns whether rdma_cm
+    /// reported the connection closed.
     pub(crate) fn poll_events(&self) -> io::Result<bool> {
+        Ok(self.poll_state()?.disconnected)
+    }
+
+    /// Records queued events; returns whether the connection is closed or being closed by either
+    /// side (no more data can move).
+    pub(crate) fn poll_closed(&self) -> io::Result<bool> {
+        let state = self.poll_state()?;
+        Ok(state.disconnected || state.local_disconnect)
+    }
+
+    fn poll_state(&self) -> io::Result<MutexGuard<'_, LinkState>> {
         let mut state = self.state();
         match self.drain_events(&mut state) {
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(state.disconnected),
-            Err(e) => Err(e),
-            Ok(()) => Ok(state.disconnected),
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            _ => Ok(state),
         }
     }
 
@@ -141,25 +155,31 @@ impl CmLink {
     /// The error for using a connection rdma_cm reported closed.
     pub(crate) fn closed_error(&self, writing: bool) -> io::Error {
         let state = self.state();
-        if state.device_removed {
-            io::Error::new(
+        let (kind, message) = if state.device_removed {
+            (
                 io::ErrorKind::ConnectionAborted,
-                "the RDMA device was removed",
+                "the RDMA device was removed".to_owned(),
             )
         } else if writing {
-            io::Error::new(
+            (
                 io::ErrorKind::BrokenPipe,
                 format!("connection to {} is closed", self.peer),
             )
-        } else {
-            io::Error::new(
+        } else if state.peer_initiated {
+            (
                 io::ErrorKind::ConnectionReset,
                 format!(
                     "connection closed by {} (RDMA_CM_EVENT_DISCONNECTED)",
                     self.peer
                 ),
             )
-        }
+        } else {
+            (
+                io::ErrorKind::NotConnected,
+                format!("the connection to {} was disconnected locally", self.peer),
+            )
+        };
+        io::Error::new(kind, message)
     }
 }
 

@@ -1,0 +1,56 @@
+//! The rsockets stream protocol (wire version 1) as an I/O-free state machine.
+//!
+//! Nothing here touches verbs, memory registration, tokio or libc: the driver (`stream`) owns
+//! all registered memory and the queue pair, and feeds this core with what happened
+//! (`handle_*`: connection data, send and receive completions, CM events, application reads and
+//! writes). The core answers with plans (`prepare_write` → [`DataWrite`], `poll_control` →
+//! [`ControlWrite`]) that say which RDMA writes to post, and with `Blocked`-style results
+//! instead of blocking. quinn-proto works the same way.
+//!
+//! The wire format and rules come from `shared/design/rsocket-protocol.md` (§1.2 connection
+//! data, §2 data path, §2.9 interop checklist, §3 control messages). Every value a peer
+//! controls is checked; a violation is a [`ProtoError`], never a panic. A simulated pair of
+//! peers (`crate::sim`, tests only) checks every remote write against what the receiver had
+//! granted at that moment.
+//!
+//! Files: `config` (sizes and constants), `conn_data` (the 40 private-data bytes), `imm` (the
+//! immediate word), `sge` (16-byte SGL entries and byte order), `ring` (ring segments),
+//! `sender`, `receiver`, `control` (control slots), `plan` (work requests to post), `wr`
+//! (work-request ids), `state`, `connection` (the whole), `error`.
+
+#![forbid(unsafe_code)]
+// The stream driver that uses this core is not written yet (issue 3); until then most of the
+// API is exercised only by the tests and the simulator.
+#![cfg_attr(not(test), allow(dead_code, unused_imports))]
+
+mod config;
+mod conn_data;
+mod connection;
+mod control;
+mod error;
+mod imm;
+mod plan;
+mod receiver;
+mod ring;
+mod sender;
+mod sge;
+mod state;
+mod wr;
+
+#[cfg(test)]
+mod tests;
+
+pub(crate) use config::{
+    Config, RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RS_QP_CTRL_SIZE, RS_SGL_SIZE, RS_SNDLOWAT,
+};
+pub(crate) use conn_data::{CONN_DATA_LEN, ConnData, iomap_code_to_size, iomap_size_to_code};
+pub(crate) use connection::{
+    Connection, LocalLayout, ReadStatus, RecvAction, RecvEvent, TARGET_SGL_BYTES, WriteError,
+};
+pub(crate) use error::{ProtoError, ProtoErrorKind};
+pub(crate) use imm::{CtrlCode, Op};
+pub(crate) use plan::{ControlKind, ControlWrite, DataWrite};
+pub(crate) use ring::{Segment, Segments};
+pub(crate) use sender::{WriteBlocked, WriteCall};
+pub(crate) use sge::{ByteOrder, RsSge};
+pub(crate) use wr::WR_ID_RECV_FLAG;

@@ -1,0 +1,357 @@
+//! The sending half: chunking, send-buffer ring, target SGL and send credits
+//! (rsocket-protocol.md §2.3).
+
+use super::config::{
+    Config, RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RS_QP_CTRL_SIZE, RS_SGL_SIZE, RS_SNDLOWAT,
+};
+use super::error::ProtoError;
+use super::ring::Segments;
+use super::sge::RsSge;
+
+/// The chunk-size ramp of one application write call.
+///
+/// C restarts at 2048 bytes in every `rsend` and doubles per chunk up to 64 KiB. The driver
+/// creates one `WriteCall` per `poll_write` (a new call after `Pending` or a partial write
+/// restarts the ramp, exactly like C's non-blocking `rsend` returning a short count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WriteCall {
+    olen: u32,
+}
+
+impl Default for WriteCall {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl WriteCall {
+    /// A new call: the next chunk is at most 2048 bytes.
+    pub(crate) const fn new() -> Self {
+        Self {
+            olen: RS_OLAP_START_SIZE,
+        }
+    }
+
+    /// C's ramp: `olen` if more than `olen` is left (and double `olen`), else everything left.
+    /// The doubling happens even when the chunk is later clipped, as in C.
+    fn take(&mut self, remaining: usize) -> u32 {
+        if (self.olen as usize) < remaining {
+            let chunk = self.olen;
+            if self.olen < RS_MAX_TRANSFER {
+                self.olen <<= 1;
+            }
+            chunk
+        } else {
+            // remaining <= olen <= 65536 here, so it fits.
+            remaining as u32
+        }
+    }
+}
+
+/// Why a write cannot proceed now (the first failing condition of C's `rs_can_send`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WriteBlocked {
+    /// Every data send-queue entry is in flight: wait for a send completion.
+    SendQueue,
+    /// Fewer than 2048 free send-buffer bytes: wait for a send completion.
+    SendBuffer,
+    /// `sseq_no == sseq_comp`: wait for the peer's credit update (it comes when the peer's
+    /// application reads).
+    Credits,
+    /// The current target SGE is used up: wait for the peer's SGL update.
+    TargetBuffer,
+}
+
+/// One chunk the sender decided to write; the connection wraps it into a `DataWrite`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    pub(crate) len: u32,
+    pub(crate) sbuf: Segments,
+    pub(crate) inline: bool,
+    pub(crate) remote_addr: u64,
+    pub(crate) rkey: u32,
+}
+
+/// Sender state.
+#[derive(Debug, Clone)]
+pub(crate) struct Sender {
+    sbuf_size: u32,
+    /// Where the next copied chunk starts (C's `ssgl[0].addr`).
+    sbuf_head: u32,
+    sbuf_bytes_avail: u32,
+    sqe_avail: u32,
+    sqe_max: u32,
+    inline_size: u32,
+    /// Local copy of our target SGL: what the peer granted, consumed as we write.
+    target_sgl: [RsSge; RS_SGL_SIZE],
+    target_sge: usize,
+    /// The slot the peer's next SGL update lands in: 1, 0, 1, ... (it starts at 1 because the
+    /// conn data filled slot 0).
+    next_update_slot: usize,
+    sseq_no: u16,
+    sseq_comp: u16,
+    peer_credits: u16,
+}
+
+impl Sender {
+    pub(crate) fn new(config: &Config) -> Self {
+        let sqe_max = config.sq_size().saturating_sub(RS_QP_CTRL_SIZE);
+        Self {
+            sbuf_size: config.sbuf_size(),
+            sbuf_head: 0,
+            sbuf_bytes_avail: config.sbuf_size(),
+            sqe_avail: sqe_max,
+            sqe_max,
+            inline_size: config.inline_size(),
+            target_sgl: [RsSge::default(); RS_SGL_SIZE],
+            target_sge: 0,
+            next_update_slot: 1 % RS_SGL_SIZE,
+            sseq_no: 0,
+            sseq_comp: 0,
+            peer_credits: 0,
+        }
+    }
+
+    /// C's `rs_save_conn_data`, sender part: slot 0 = the peer's first buffer, limit = credits.
+    pub(crate) fn seed(&mut self, data_buf: RsSge, credits: u16) {
+        self.target_sgl[0] = data_buf;
+        self.sseq_comp = credits;
+        self.peer_credits = credits;
+    }
+
+    /// `None` if a chunk can be sent now (C's `rs_can_send`), else the first reason it cannot.
+    pub(crate) fn blocked(&self) -> Option<WriteBlocked> {
+        if self.sqe_avail == 0 {
+            Some(WriteBlocked::SendQueue)
+        } else if self.sbuf_bytes_avail < RS_SNDLOWAT {
+            Some(WriteBlocked::SendBuffer)
+        } else if self.sseq_no == self.sseq_comp {
+            Some(WriteBlocked::Credits)
+        } else if self.target_sgl[self.target_sge].length == 0 {
+            Some(WriteBlocked::TargetBuffer)
+        } else {
+            None
+        }
+    }
+
+    /// Decide the next chunk of a call with `remaining > 0` bytes left, and account for it
+    /// before returning (C: "update target SGE before sending data").
+    pub(crate) fn next_chunk(
+        &mut self,
+        call: &mut WriteCall,
+        remaining: usize,
+    ) -> Result<Chunk, WriteBlocked> {
+        if let Some(reason) = self.blocked() {
+            return Err(reason);
+        }
+        let target = self.target_sgl[self.target_sge];
+        let len = call
+            .take(remaining)
+            .min(self.sbuf_bytes_avail)
+            .min(target.length);
+        // len > 0: remaining > 0, sbuf_bytes_avail >= 2048 and target.length > 0.
+        let inline = len <= self.inline_size;
+        let sbuf = if inline {
+            // Sent from the application's buffer; sbuf space is still charged (as in C) and
+            // returned on completion, but the ring head does not move.
+            Segments::EMPTY
+        } else {
+            let segs = Segments::in_ring(self.sbuf_head, len, self.sbuf_size);
+            self.sbuf_head =
+                ((u64::from(self.sbuf_head) + u64::from(len)) % u64::from(self.sbuf_size)) as u32;
+            segs
+        };
+        self.sbuf_bytes_avail -= len;
+        self.sqe_avail -= 1;
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        let slot = &mut self.target_sgl[self.target_sge];
+        let remote_addr = slot.addr;
+        slot.addr = slot.addr.wrapping_add(u64::from(len));
+        slot.length -= len;
+        if slot.length == 0 {
+            self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
+        }
+        Ok(Chunk {
+            len,
+            sbuf,
+            inline,
+            remote_addr,
+            rkey: target.key,
+        })
+    }
+
+    /// A data write completed: its send-queue entry and send-buffer bytes are free again.
+    pub(crate) fn complete(&mut self, len: u32) {
+        self.sqe_avail = (self.sqe_avail + 1).min(self.sqe_max);
+        self.sbuf_bytes_avail = self
+            .sbuf_bytes_avail
+            .saturating_add(len)
+            .min(self.sbuf_size);
+    }
+
+    /// The slot the peer's next SGL update must have been written to.
+    pub(crate) fn next_update_slot(&self) -> usize {
+        self.next_update_slot
+    }
+
+    /// Take an SGL update the peer wrote into our target SGL at `next_update_slot`.
+    pub(crate) fn apply_sgl_update(&mut self, sge: RsSge) -> Result<usize, ProtoError> {
+        let slot = self.next_update_slot;
+        if sge.length == 0 {
+            return Err(ProtoError::peer(format!(
+                "SGL update into target SGL slot {slot} grants a 0-byte buffer"
+            )));
+        }
+        if sge.end().is_none() {
+            return Err(ProtoError::peer(format!(
+                "SGL update into target SGL slot {slot}: addr {:#x} + length {} overflows",
+                sge.addr, sge.length
+            )));
+        }
+        let left = self.target_sgl[slot].length;
+        if left != 0 {
+            // The peer must not rewrite a slot before we filled the buffer it last put there
+            // (rsocket-protocol.md §2.5); otherwise data we already placed could be lost.
+            return Err(ProtoError::peer(format!(
+                "SGL update overwrote target SGL slot {slot} while {left} bytes of the buffer \
+                 previously granted there were still unused"
+            )));
+        }
+        self.target_sgl[slot] = sge;
+        self.next_update_slot = (slot + 1) % RS_SGL_SIZE;
+        Ok(slot)
+    }
+
+    /// Take a new absolute send-sequence limit from an SGL or credit-only message.
+    pub(crate) fn apply_limit(&mut self, limit: u16) -> Result<(), ProtoError> {
+        // The peer sends (messages it consumed + its rq_size); it cannot have consumed more
+        // than we sent, nor less than allowed us to send what we sent, so the new limit lies in
+        // [sseq_no, sseq_no + credits] (mod 2^16).
+        let ahead = limit.wrapping_sub(self.sseq_no);
+        if ahead > self.peer_credits {
+            return Err(ProtoError::peer(format!(
+                "credit update sets the send limit to {limit}, outside [{}, {}] (we sent {} \
+                 messages; the peer offered {} credits)",
+                self.sseq_no,
+                self.sseq_no.wrapping_add(self.peer_credits),
+                self.sseq_no,
+                self.peer_credits
+            )));
+        }
+        self.sseq_comp = limit;
+        Ok(())
+    }
+
+    /// Whether no data write is in flight.
+    pub(crate) fn idle(&self) -> bool {
+        self.sqe_avail == self.sqe_max
+    }
+
+    /// Data messages sent so far (mod 2^16).
+    pub(crate) fn sseq_no(&self) -> u16 {
+        self.sseq_no
+    }
+
+    /// Current send limit.
+    pub(crate) fn sseq_comp(&self) -> u16 {
+        self.sseq_comp
+    }
+
+    /// Free send-buffer bytes.
+    pub(crate) fn sbuf_bytes_avail(&self) -> u32 {
+        self.sbuf_bytes_avail
+    }
+
+    /// Free data send-queue entries.
+    pub(crate) fn sqe_avail(&self) -> u32 {
+        self.sqe_avail
+    }
+
+    /// The local copy of target SGL slot `slot` (what is left of the granted buffer).
+    pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
+        self.target_sgl.get(slot).copied()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sender(config: Config, half: u32) -> Sender {
+        let mut s = Sender::new(&config);
+        s.seed(
+            RsSge {
+                addr: 0x10_0000,
+                key: 0x77,
+                length: half,
+            },
+            384,
+        );
+        s
+    }
+
+    #[test]
+    fn ramp_clips_and_wraps() {
+        let mut s = sender(Config::new(), 65536);
+        let mut call = WriteCall::new();
+        let mut left = 100_000usize;
+        let mut lens = Vec::new();
+        while let Ok(c) = s.next_chunk(&mut call, left) {
+            lens.push(c.len);
+            left -= c.len as usize;
+        }
+        // Stops at the end of the first half; slot 1 has not been granted.
+        assert_eq!(lens, [2048, 4096, 8192, 16384, 32768, 2048]);
+        assert_eq!(s.blocked(), Some(WriteBlocked::TargetBuffer));
+        assert_eq!(s.sseq_no(), 6);
+        assert_eq!(s.sbuf_bytes_avail(), 131072 - 65536);
+    }
+
+    #[test]
+    fn inline_chunks_charge_sbuf_without_moving_the_head() {
+        let mut s = sender(Config::new(), 65536);
+        let c = s.next_chunk(&mut WriteCall::new(), 64).unwrap();
+        assert!(c.inline && c.sbuf.is_empty());
+        assert_eq!(s.sbuf_bytes_avail(), 131072 - 64);
+        let c = s.next_chunk(&mut WriteCall::new(), 65).unwrap();
+        assert!(!c.inline);
+        assert_eq!(c.sbuf.as_slice()[0].offset, 0);
+        assert_eq!(c.remote_addr, 0x10_0000 + 64);
+        s.complete(64);
+        s.complete(65);
+        assert!(s.idle());
+        assert_eq!(s.sbuf_bytes_avail(), 131072);
+    }
+
+    #[test]
+    fn limit_must_stay_within_credits() {
+        let mut s = sender(Config::new(), 65536);
+        s.apply_limit(384).unwrap();
+        s.apply_limit(10).unwrap();
+        assert!(s.apply_limit(385).is_err());
+        assert!(s.apply_limit(0xFFFF).is_err());
+    }
+
+    #[test]
+    fn sgl_update_checks() {
+        let mut s = sender(Config::new(), 65536);
+        assert_eq!(s.next_update_slot(), 1);
+        let sge = RsSge {
+            addr: 0x20_0000,
+            key: 0x78,
+            length: 65536,
+        };
+        assert!(
+            s.apply_sgl_update(RsSge { length: 0, ..sge })
+                .unwrap_err()
+                .to_string()
+                .contains("0-byte")
+        );
+        assert_eq!(s.apply_sgl_update(sge).unwrap(), 1);
+        // Slot 0 still holds the unused first half.
+        let err = s.apply_sgl_update(sge).unwrap_err();
+        assert!(err.to_string().contains("slot 0"), "{err}");
+        assert_eq!(s.target_slot(1), Some(sge));
+        assert_eq!(s.target_slot(2), None);
+    }
+}

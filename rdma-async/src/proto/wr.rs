@@ -1,0 +1,99 @@
+//! Work-request ids for the sends the core plans, and the FIFO that matches completions.
+//!
+//! C encodes the message word in the wr_id. We keep what each outstanding send was in a FIFO
+//! instead and put a tag and a serial number in the wr_id: an RC send queue completes in post
+//! order, so each completion must match the oldest entry, and a mismatch (a driver bug) is
+//! caught instead of silently corrupting the ring accounting.
+
+use std::collections::VecDeque;
+
+use super::error::ProtoError;
+use super::plan::ControlKind;
+
+/// Bit 63 marks receive work requests (as in C); the core never produces it for sends, so a
+/// driver can post its receives with any id that has this bit set.
+pub(crate) const WR_ID_RECV_FLAG: u64 = 1 << 63;
+
+const TAG_SHIFT: u32 = 56;
+const TAG_DATA: u64 = 0x01 << TAG_SHIFT;
+const TAG_CONTROL: u64 = 0x02 << TAG_SHIFT;
+
+/// What an outstanding send was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SendKind {
+    /// A data chunk of `len` bytes (charged to the send ring and one data SQ entry).
+    Data { len: u32 },
+    /// A control message (charged to one control slot).
+    Control(ControlKind),
+}
+
+/// Outstanding sends in post order.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct SendQueue {
+    next_serial: u32,
+    fifo: VecDeque<(u64, SendKind)>,
+}
+
+impl SendQueue {
+    /// Record a new send and return its wr_id.
+    pub(crate) fn push(&mut self, kind: SendKind) -> u64 {
+        let tag = match kind {
+            SendKind::Data { .. } => TAG_DATA,
+            SendKind::Control(_) => TAG_CONTROL,
+        };
+        let wr_id = tag | u64::from(self.next_serial);
+        self.next_serial = self.next_serial.wrapping_add(1);
+        self.fifo.push_back((wr_id, kind));
+        wr_id
+    }
+
+    /// Match a completion with the oldest outstanding send.
+    pub(crate) fn complete(&mut self, wr_id: u64) -> Result<SendKind, ProtoError> {
+        match self.fifo.front() {
+            Some(&(expected, kind)) if expected == wr_id => {
+                self.fifo.pop_front();
+                Ok(kind)
+            }
+            Some(&(expected, _)) => Err(ProtoError::usage(format!(
+                "send completion for wr_id {wr_id:#x}, but the oldest outstanding send is \
+                 {expected:#x} (sends must be posted in the order planned)"
+            ))),
+            None => Err(ProtoError::usage(format!(
+                "send completion for wr_id {wr_id:#x}, but no send is outstanding"
+            ))),
+        }
+    }
+
+    /// Sends posted and not yet completed.
+    pub(crate) fn len(&self) -> usize {
+        self.fifo.len()
+    }
+
+    /// Whether every send has completed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.fifo.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completions_match_in_order() {
+        let mut q = SendQueue::default();
+        let a = q.push(SendKind::Data { len: 5 });
+        let b = q.push(SendKind::Control(ControlKind::Credits { limit: 3 }));
+        assert_eq!(a & WR_ID_RECV_FLAG, 0);
+        assert_ne!(a, b);
+        assert_eq!(q.len(), 2);
+        assert!(q.complete(b).is_err());
+        assert_eq!(q.complete(a).unwrap(), SendKind::Data { len: 5 });
+        assert_eq!(
+            q.complete(b).unwrap(),
+            SendKind::Control(ControlKind::Credits { limit: 3 })
+        );
+        assert!(q.is_empty());
+        assert!(q.complete(b).is_err());
+    }
+}
