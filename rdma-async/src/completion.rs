@@ -11,27 +11,31 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use tokio::io::unix::AsyncFd;
 use tokio::task::coop;
 
-use crate::verbs::{self, CompletionChannel, CompletionQueue, WorkCompletion};
+use crate::verbs::{CompletionQueue, WorkCompletion};
+use crate::wait::FdWaiter;
 
 /// A completion queue whose completions wake tasks.
 ///
-/// One task at a time may wait on a given `AsyncCq` (the reactor keeps one waker per direction);
-/// owners serialise waiters.
+/// Each task that may wait gets its own [`FdWaiter`] (see [`crate::wait`]); the queue itself
+/// may be polled by any of them, but owners serialise polling when completions must be handled
+/// in order.
 #[derive(Debug)]
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
-    fd: AsyncFd<Arc<CompletionChannel>>,
     busy_poll: Duration,
 }
 
 impl AsyncCq {
     /// Wraps `cq`; `busy_poll` is how long an empty queue is polled before the task sleeps.
-    pub(crate) fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> io::Result<Self> {
-        let fd = verbs::register_readable(cq.channel().clone())?;
-        Ok(AsyncCq { cq, fd, busy_poll })
+    pub(crate) fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> Self {
+        AsyncCq { cq, busy_poll }
+    }
+
+    /// A registration for one more waiting task.
+    pub(crate) fn waiter(&self) -> io::Result<FdWaiter> {
+        FdWaiter::new(self.cq.channel().as_ref())
     }
 
     /// Polls for completions without waiting.
@@ -44,6 +48,7 @@ impl AsyncCq {
     /// Cancel safety: completions are only taken from the queue when this returns `Ready`.
     pub(crate) fn poll_completions(
         &self,
+        waiter: &FdWaiter,
         cx: &mut Context<'_>,
         out: &mut [WorkCompletion],
     ) -> Poll<io::Result<usize>> {
@@ -60,12 +65,13 @@ impl AsyncCq {
                 coop.made_progress();
                 return Poll::Ready(Ok(n));
             }
-            let mut guard = ready!(self.fd.poll_read_ready(cx))?;
+            let mut guard = ready!(waiter.poll_readable(cx))?;
             loop {
-                match guard.try_io(|fd| fd.get_ref().get_event().map(|_| ())) {
+                // Events are read from the channel itself; any waiter's duplicate reports them.
+                match guard.try_io(|_| self.cq.channel().get_event().map(|_| ())) {
                     Ok(Ok(())) => self.cq.count_event(),
                     Ok(Err(e)) => return Poll::Ready(Err(e)),
-                    // try_io cleared the readiness: the channel is drained.
+                    // try_io cleared this waiter's readiness: the channel is drained.
                     Err(_would_block) => break,
                 }
             }
@@ -89,8 +95,12 @@ impl AsyncCq {
     }
 
     /// Waits for completions (see [`Self::poll_completions`]).
-    pub(crate) async fn completions(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        std::future::poll_fn(|cx| self.poll_completions(cx, out)).await
+    pub(crate) async fn completions(
+        &self,
+        waiter: &FdWaiter,
+        out: &mut [WorkCompletion],
+    ) -> io::Result<usize> {
+        std::future::poll_fn(|cx| self.poll_completions(waiter, cx, out)).await
     }
 }
 

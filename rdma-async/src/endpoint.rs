@@ -16,7 +16,7 @@ use tokio::net::ToSocketAddrs;
 
 use crate::cm::handshake::{self, Dial};
 use crate::cm::link::CmLink;
-use crate::cm::resolve::resolve;
+use crate::cm::resolve::connect_each;
 use crate::cm::{ConnParams, ConnectRequest};
 use crate::completion::{AsyncCq, wc_error};
 use crate::error;
@@ -24,6 +24,7 @@ use crate::verbs::{
     Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
     QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
+use crate::wait::FdWaiter;
 
 const SEND_BUFFER: usize = 0;
 const RECV_BUFFER: usize = 1;
@@ -154,7 +155,9 @@ pub struct Endpoint {
     link: CmLink,
     qp: QueuePair,
     send_cq: AsyncCq,
+    send_waiter: FdWaiter,
     recv_cq: AsyncCq,
+    recv_waiter: FdWaiter,
     send: tokio::sync::Mutex<SendState>,
     recv: tokio::sync::Mutex<RecvState>,
     max_message_size: usize,
@@ -167,7 +170,9 @@ pub struct Endpoint {
 struct Parts {
     qp: QueuePair,
     send_cq: AsyncCq,
+    send_waiter: FdWaiter,
     recv_cq: AsyncCq,
+    recv_waiter: FdWaiter,
 }
 
 fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
@@ -215,10 +220,14 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
             }),
         )?;
     }
+    let send_cq = AsyncCq::new(send_cq, opts.busy_poll);
+    let recv_cq = AsyncCq::new(recv_cq, opts.busy_poll);
     Ok(Parts {
         qp,
-        send_cq: AsyncCq::new(send_cq, opts.busy_poll)?,
-        recv_cq: AsyncCq::new(recv_cq, opts.busy_poll)?,
+        send_waiter: send_cq.waiter()?,
+        recv_waiter: recv_cq.waiter()?,
+        send_cq,
+        recv_cq,
     })
 }
 
@@ -242,28 +251,10 @@ impl Endpoint {
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {
         options.check()?;
-        let mut last = None;
-        for dst in resolve(addr).await? {
-            let attempt = Self::connect_one(dst, options);
-            let result = match options.connect_timeout {
-                Some(limit) => tokio::time::timeout(limit, attempt)
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(io::Error::new(
-                            io::ErrorKind::TimedOut,
-                            format!("connecting to {dst} timed out after {limit:?}"),
-                        ))
-                    }),
-                None => attempt.await,
-            };
-            match result {
-                Ok(endpoint) => return Ok(endpoint),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| {
-            io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")
-        }))
+        connect_each(addr, options.connect_timeout, |dst| {
+            Self::connect_one(dst, options)
+        })
+        .await
     }
 
     async fn connect_one(dst: SocketAddr, options: &EndpointOptions) -> io::Result<Endpoint> {
@@ -272,7 +263,8 @@ impl Endpoint {
             resolve_timeout: options.resolve_timeout,
             params: options.params.clone(),
         };
-        let (parts, link) = handshake::connect(dst, &dial, |id| build(id, options)).await?;
+        let (parts, link) =
+            handshake::connect(dst, &dial, |id| Ok((build(id, options)?, None))).await?;
         Ok(Self::assemble(parts, link, options))
     }
 
@@ -292,7 +284,7 @@ impl Endpoint {
     ) -> io::Result<Endpoint> {
         options.check()?;
         let (parts, link) = request
-            .accept_with(&options.params, |id| build(id, options))
+            .accept_with(&options.params, |id| Ok((build(id, options)?, None)))
             .await?;
         Ok(Self::assemble(parts, link, options))
     }
@@ -305,7 +297,9 @@ impl Endpoint {
             link,
             qp: parts.qp,
             send_cq: parts.send_cq,
+            send_waiter: parts.send_waiter,
             recv_cq: parts.recv_cq,
+            recv_waiter: parts.recv_waiter,
             send: tokio::sync::Mutex::new(SendState {
                 free_slots: (0..options.send_depth as usize).rev().collect(),
                 error: None,
@@ -408,7 +402,9 @@ impl Endpoint {
                 }
                 return Ok(());
             }
-            let n = self.completions_or_closed(&self.send_cq, &mut wcs).await?;
+            let n = self
+                .completions_or_closed(&self.send_cq, &self.send_waiter, &mut wcs)
+                .await?;
             self.reap_sends(&mut state, &wcs[..n]);
         }
     }
@@ -417,11 +413,12 @@ impl Endpoint {
     async fn completions_or_closed(
         &self,
         cq: &AsyncCq,
+        waiter: &FdWaiter,
         wcs: &mut [WorkCompletion],
     ) -> io::Result<usize> {
         tokio::select! {
             biased;
-            n = cq.completions(wcs) => n,
+            n = cq.completions(waiter, wcs) => n,
             closed = self.link.closed() => closed.map(|()| 0),
         }
     }
@@ -468,7 +465,9 @@ impl Endpoint {
                 // Messages that completed before the disconnect were taken above.
                 return Err(self.link.closed_error(false));
             }
-            let n = self.completions_or_closed(&self.recv_cq, &mut wcs).await?;
+            let n = self
+                .completions_or_closed(&self.recv_cq, &self.recv_waiter, &mut wcs)
+                .await?;
             self.reap_recvs(&mut state, &wcs[..n]);
         }
     }
@@ -537,7 +536,10 @@ impl Endpoint {
             if self.link.is_disconnected() {
                 return;
             }
-            match self.completions_or_closed(&self.send_cq, &mut wcs).await {
+            match self
+                .completions_or_closed(&self.send_cq, &self.send_waiter, &mut wcs)
+                .await
+            {
                 Ok(n) => self.reap_sends(&mut state, &wcs[..n]),
                 Err(_) => return,
             }

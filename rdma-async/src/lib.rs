@@ -9,6 +9,8 @@
 //!   [`cm::ConnParams`] (private data, retry counts, initiator depth, responder resources).
 //! - [`endpoint`]: [`endpoint::Endpoint`], messages over a reliable connected queue pair.
 //! - [`device`]: the RDMA devices of this machine.
+//! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
+//!   rsockets' wire protocol.
 //! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime;
 //!   `#[rdma_async::test]` skips, or with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine
 //!   has no RDMA device.
@@ -46,7 +48,9 @@ mod error;
 pub(crate) mod proto;
 #[cfg(test)]
 mod sim;
+pub mod stream;
 mod verbs;
+mod wait;
 
 pub use rdma_async_macros::{main, test};
 

@@ -76,3 +76,51 @@ pub fn err_kind<T: std::fmt::Debug>(r: io::Result<T>) -> (io::ErrorKind, String)
     let e = r.expect_err("expected an error");
     (e.kind(), e.to_string())
 }
+
+/// Starts one of rdma-core's C tools (`ucmatose`, `rstream`, ...) with its output captured.
+pub fn spawn_tool(program: &str, args: &[String]) -> tokio::process::Child {
+    tokio::process::Command::new(program)
+        .args(args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {program} (package rdmacm-utils): {e}"))
+}
+
+/// Waits for a C tool to exit successfully and returns what it printed.
+pub async fn finish_tool(child: tokio::process::Child, program: &str) -> String {
+    let out = guard(program, child.wait_with_output())
+        .await
+        .expect("tool output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{program} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+/// Connects with `connect`, retrying (boundedly) while refused: a C server just started may not
+/// listen yet, and there is no event to wait for from another process.
+pub async fn connect_when_listening<T, F, Fut>(mut connect: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<T>>,
+{
+    for _ in 0..500 {
+        match connect().await {
+            Ok(conn) => return conn,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tokio::task::yield_now().await
+            }
+            Err(e) => panic!("connect to the C server: {e}"),
+        }
+    }
+    panic!("the C server never started listening");
+}

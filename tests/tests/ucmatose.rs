@@ -4,42 +4,20 @@
 //! `-S` bytes; the client receives them all, then sends as many back; the server then
 //! disconnects.
 
-use std::io;
 use std::net::SocketAddr;
-use std::process::Stdio;
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::{guard, listener, test_ip};
-use tokio::process::Command;
+use rdma_async_tests::{connect_when_listening, finish_tool, guard, listener, spawn_tool, test_ip};
 
 const COUNT: usize = 10;
 const SIZE: usize = 100;
 
 fn ucmatose(args: &[String]) -> tokio::process::Child {
-    Command::new("ucmatose")
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run ucmatose (package rdmacm-utils)")
+    spawn_tool("ucmatose", args)
 }
 
 async fn finish(child: tokio::process::Child) -> String {
-    let out = guard("ucmatose", child.wait_with_output())
-        .await
-        .expect("ucmatose output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "ucmatose failed ({}):\n{text}",
-        out.status
-    );
-    text
+    finish_tool(child, "ucmatose").await
 }
 
 #[rdma_async::test]
@@ -56,18 +34,8 @@ async fn our_client_with_c_server() {
         SIZE.to_string(),
     ]);
     let addr = SocketAddr::new(test_ip(), port);
-    // The C server needs a moment to listen: retry while refused (bounded), never sleep blindly.
-    let mut attempts = 0;
-    let ep = loop {
-        match Endpoint::connect(addr, &EndpointOptions::new()).await {
-            Ok(ep) => break ep,
-            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused && attempts < 500 => {
-                attempts += 1;
-                tokio::task::yield_now().await;
-            }
-            Err(e) => panic!("connect to ucmatose: {e}"),
-        }
-    };
+    let opts = EndpointOptions::new();
+    let ep = connect_when_listening(|| Endpoint::connect(addr, &opts)).await;
     for _ in 0..COUNT {
         let msg = guard("recv from ucmatose", ep.recv()).await.unwrap();
         assert_eq!(msg.len(), SIZE);

@@ -23,6 +23,10 @@ impl CmEvents {
         })
     }
 
+    pub(crate) fn channel(&self) -> &Arc<EventChannel> {
+        self.fd.get_ref()
+    }
+
     /// Takes an event if one is queued.
     pub(crate) fn try_next(&self) -> io::Result<Option<CmEvent>> {
         match self.fd.get_ref().get_event() {

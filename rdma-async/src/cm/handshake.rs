@@ -50,12 +50,14 @@ fn timeout_ms(d: Duration) -> i32 {
 }
 
 /// Resolves, builds the queue pair with `build`, connects, and returns once established.
+/// `build` may return the private data to send (it can describe what it just registered);
+/// otherwise `dial.params`' private data goes out.
 pub(crate) async fn connect<R>(
     dst: SocketAddr,
     dial: &Dial,
-    build: impl FnOnce(&Arc<CmId>) -> io::Result<R>,
+    build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
 ) -> io::Result<(R, CmLink)> {
-    let raw_params = dial.params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+    let mut raw_params = dial.params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
     let channel = Arc::new(EventChannel::new()?);
     let events = CmEvents::new(channel.clone())?;
     let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
@@ -79,7 +81,14 @@ pub(crate) async fn connect<R>(
     )
     .await?;
 
-    let resources = build(&id)?;
+    let (resources, private_data) = build(&id)?;
+    if let Some(data) = private_data {
+        raw_params = dial
+            .params
+            .clone()
+            .private_data(data)
+            .to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+    }
     id.connect(&raw_params)?;
     let established = expect(&events, ev::RDMA_CM_EVENT_ESTABLISHED, peer, "connecting").await?;
     tracing::debug!(%dst, "rdma_cm connection established");

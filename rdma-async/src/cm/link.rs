@@ -6,8 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
+use std::task::{Context, Poll, ready};
+
 use super::events::CmEvents;
 use crate::verbs::CmId;
+use crate::wait::FdWaiter;
 
 /// State of an established connection as rdma_cm reports it.
 #[derive(Debug, Default)]
@@ -118,6 +121,32 @@ impl CmLink {
         match self.drain_events(&mut state) {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
             _ => Ok(state),
+        }
+    }
+
+    /// A registration for one more task that waits with [`Self::poll_disconnected`].
+    pub(crate) fn waiter(&self) -> io::Result<FdWaiter> {
+        FdWaiter::new(self.events.channel().as_ref())
+    }
+
+    /// Waits until rdma_cm reports the connection closed (`RDMA_CM_EVENT_DISCONNECTED`),
+    /// through this task's own `waiter`.
+    pub(crate) fn poll_disconnected(
+        &self,
+        waiter: &FdWaiter,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            if self.poll_events()? {
+                return Poll::Ready(Ok(()));
+            }
+            let mut guard = ready!(waiter.poll_readable(cx))?;
+            if let Ok(Err(e)) = guard.try_io(|_| {
+                let mut state = self.state();
+                self.drain_events(&mut state)
+            }) {
+                return Poll::Ready(Err(e));
+            }
         }
     }
 

@@ -89,15 +89,19 @@ impl ConnectRequest {
     pub(crate) async fn accept_with<R>(
         mut self,
         params: &ConnParams,
-        build: impl FnOnce(&Arc<CmId>) -> io::Result<R>,
+        build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
     ) -> io::Result<(R, CmLink)> {
         // Never promise more RDMA reads than the peer asked to issue or can serve.
         let params = params
             .clone()
             .responder_resources(params_min(params, self.peer_initiator_depth, true))
             .initiator_depth(params_min(params, self.peer_responder_resources, false));
+        let (resources, private_data) = build(&self.id)?;
+        let params = match private_data {
+            Some(data) => params.private_data(data),
+            None => params,
+        };
         let raw = params.to_raw(MAX_ACCEPT_PRIVATE_DATA, "accept")?;
-        let resources = build(&self.id)?;
         self.answered = true;
         self.id.accept(&raw)?;
         let peer = Some(self.peer);

@@ -1,7 +1,9 @@
 //! Turning `host:port` into socket addresses.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::net::{ToSocketAddrs, lookup_host};
 
@@ -19,4 +21,38 @@ pub(crate) async fn resolve<A: ToSocketAddrs>(addr: A) -> io::Result<Vec<SocketA
         ));
     }
     Ok(addrs)
+}
+
+/// Resolves `addr` and tries `attempt` on each address in turn, each bounded by `limit`;
+/// returns the first success or the last error, like `TcpStream::connect`.
+pub(crate) async fn connect_each<A, T, F, Fut>(
+    addr: A,
+    limit: Option<Duration>,
+    mut attempt: F,
+) -> io::Result<T>
+where
+    A: ToSocketAddrs,
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: Future<Output = io::Result<T>>,
+{
+    let mut last = None;
+    for dst in resolve(addr).await? {
+        let result = match limit {
+            Some(limit) => tokio::time::timeout(limit, attempt(dst))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!("connecting to {dst} timed out after {limit:?}"),
+                    ))
+                }),
+            None => attempt(dst).await,
+        };
+        match result {
+            Ok(value) => return Ok(value),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last
+        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")))
 }

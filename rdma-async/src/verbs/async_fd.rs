@@ -15,6 +15,9 @@ pub(crate) fn register_readable<T: AsRawFd + OwnsFd>(inner: T) -> io::Result<Asy
     unsafe { AsyncFd::register_with_interest(inner, Interest::READABLE) }.map_err(io::Error::from)
 }
 
+// SAFETY: an `OwnedFd` owns its descriptor and closes it only when dropped.
+unsafe impl OwnsFd for std::os::fd::OwnedFd {}
+
 /// Marker for types whose `as_raw_fd` is an fd they own for their whole lifetime.
 ///
 /// # Safety

@@ -62,6 +62,14 @@ impl AsRawFd for CompletionChannel {
     }
 }
 
+impl std::os::fd::AsFd for CompletionChannel {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor stays open for as long as the channel, which the borrow
+        // cannot outlive.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
 // SAFETY: the fd belongs to the channel and is closed only by ibv_destroy_comp_channel in Drop.
 unsafe impl OwnsFd for CompletionChannel {}
 

@@ -80,6 +80,14 @@ impl AsRawFd for EventChannel {
     }
 }
 
+impl std::os::fd::AsFd for EventChannel {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        // SAFETY: the descriptor stays open for as long as the channel, which the borrow
+        // cannot outlive.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(self.as_raw_fd()) }
+    }
+}
+
 // SAFETY: the fd belongs to the channel and is closed only by rdma_destroy_event_channel in Drop.
 unsafe impl OwnsFd for EventChannel {}
 

@@ -96,6 +96,12 @@ impl RegisteredBuffer {
         unsafe { (*self.mr.as_ptr()).lkey }
     }
 
+    /// The key a peer uses to write or read this memory remotely.
+    pub(crate) fn rkey(&self) -> u32 {
+        // SAFETY: the registration is live for `self`'s lifetime.
+        unsafe { (*self.mr.as_ptr()).rkey }
+    }
+
     fn check(&self, offset: usize, len: usize) -> io::Result<()> {
         match offset.checked_add(len) {
             Some(end) if end <= self.len() => Ok(()),

@@ -69,6 +69,13 @@ pub(crate) enum Payload<'a> {
 pub(crate) enum Opcode {
     /// A send, consuming one of the peer's posted receives.
     Send { imm: Option<u32> },
+    /// An RDMA write into the peer's registered memory at `remote_addr`, which the peer's
+    /// `rkey` protects; with an immediate it also consumes one of the peer's posted receives.
+    Write {
+        remote_addr: u64,
+        rkey: u32,
+        imm: Option<u32>,
+    },
 }
 
 /// One work request for the send queue.
@@ -206,11 +213,28 @@ impl QueuePair {
         };
         wr.sg_list = sges.as_mut_ptr();
         wr.num_sge = num_sge as i32;
-        let Opcode::Send { imm } = req.opcode;
-        wr.opcode = if imm.is_some() {
-            sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
-        } else {
-            sys::ibv_wr_opcode::IBV_WR_SEND
+        let imm = match req.opcode {
+            Opcode::Send { imm } => {
+                wr.opcode = if imm.is_some() {
+                    sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+                } else {
+                    sys::ibv_wr_opcode::IBV_WR_SEND
+                };
+                imm
+            }
+            Opcode::Write {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                wr.opcode = if imm.is_some() {
+                    sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+                } else {
+                    sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+                };
+                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+                imm
+            }
         };
         if let Some(imm) = imm {
             wr.__bindgen_anon_1.imm_data = imm.to_be();
@@ -222,7 +246,8 @@ impl QueuePair {
         // SAFETY: the QP is live. Gather entries cover checked ranges of buffers this QP owns,
         // which stay allocated and registered until after the QP is destroyed in Drop; an inline
         // payload is copied by the provider during this call (its length was checked against
-        // the QP's inline limit).
+        // the QP's inline limit). A remote address is the peer's memory, which the device accesses only
+        // through the peer's rkey.
         let ret = unsafe { sys::rdma_async_post_send(self.raw(), &mut wr, &mut bad) };
         if ret != 0 {
             return Err(error::call_error("ibv_post_send", ret));

@@ -31,6 +31,8 @@ pub(crate) struct WorkCompletion {
     pub(crate) wr_id: u64,
     pub(crate) status: WcStatus,
     pub(crate) byte_len: u32,
+    /// The immediate data (host order) of a receive completion that carried one.
+    pub(crate) imm_data: Option<u32>,
     pub(crate) vendor_err: u32,
 }
 
@@ -39,6 +41,7 @@ impl WorkCompletion {
         wr_id: 0,
         status: WcStatus::SUCCESS,
         byte_len: 0,
+        imm_data: None,
         vendor_err: 0,
     };
 
@@ -47,6 +50,9 @@ impl WorkCompletion {
             wr_id: wc.wr_id,
             status: WcStatus(wc.status),
             byte_len: wc.byte_len,
+            // SAFETY: with IBV_WC_WITH_IMM the union holds the immediate data (network order).
+            imm_data: (wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM != 0)
+                .then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
             vendor_err: wc.vendor_err,
         }
     }

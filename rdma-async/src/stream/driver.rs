@@ -1,0 +1,531 @@
+//! The stream driver: runs the rsockets protocol core (`crate::proto`) over a real queue pair.
+//!
+//! The core decides what to post; the driver copies bytes between the application and the
+//! registered rings, posts the work requests, and feeds completions and CM events back. All
+//! protocol state sits behind one lock, and the completion queue is polled only under it, so
+//! completions are handled in the order the device produced them. The reading and the writing
+//! side each wait through their own registrations of the channel descriptors
+//! ([`FdWaiter`]), and whichever side handles completions wakes the other.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker, ready};
+
+use tokio::io::ReadBuf;
+use tokio::task::coop;
+
+use super::options::RStreamOptions;
+use crate::cm::link::CmLink;
+use crate::completion::{AsyncCq, wc_error};
+use crate::proto::{
+    ConnData, Connection, DataWrite, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
+    TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
+};
+use crate::verbs::{
+    Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
+    QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+};
+use crate::wait::FdWaiter;
+
+/// The queue pair's buffers, by index.
+const SBUF: usize = 0;
+const RBUF: usize = 1;
+const TARGET_SGL: usize = 2;
+const CTRL: usize = 3;
+/// Control messages go from 16-byte slots when they cannot go inline.
+const CTRL_SLOT: usize = 16;
+const CTRL_SLOTS: usize = 4;
+
+/// What the handshake builds before connecting or accepting.
+pub(super) struct Parts {
+    qp: QueuePair,
+    cq: AsyncCq,
+    conn: Connection,
+}
+
+/// Creates the queue pair, rings and protocol state on `id`'s device; returns them with the
+/// 40-byte rsockets connection data to send.
+pub(super) fn build(id: &Arc<CmId>, opts: &RStreamOptions) -> io::Result<(Parts, Option<Vec<u8>>)> {
+    let config = opts.config();
+    let pd = Arc::new(ProtectionDomain::new(id.clone())?);
+    let channel = Arc::new(CompletionChannel::new(id.clone())?);
+    let cq = Arc::new(CompletionQueue::new(
+        channel,
+        config.sq_size() + config.rq_size(),
+    )?);
+    let remote_write = Access {
+        remote_write: true,
+        ..Access::default()
+    };
+    let sbuf = RegisteredBuffer::new(pd.clone(), config.sbuf_size() as usize, Access::default())?;
+    let rbuf = RegisteredBuffer::new(pd.clone(), config.rbuf_size() as usize, remote_write)?;
+    let target_sgl = RegisteredBuffer::new(pd.clone(), TARGET_SGL_BYTES, remote_write)?;
+    let ctrl = RegisteredBuffer::new(pd.clone(), CTRL_SLOT * CTRL_SLOTS, Access::default())?;
+    let layout = LocalLayout {
+        rbuf_addr: rbuf.addr(0),
+        rbuf_rkey: rbuf.rkey(),
+        target_sgl_addr: target_sgl.addr(0),
+        target_sgl_rkey: target_sgl.rkey(),
+    };
+    let caps = QpCaps {
+        max_send_wr: config.sq_size(),
+        max_recv_wr: config.rq_size(),
+        max_inline_data: config.inline_size(),
+        max_send_sge: 2,
+    };
+    let qp = QueuePair::new(
+        pd,
+        cq.clone(),
+        cq.clone(),
+        caps,
+        vec![sbuf, rbuf, target_sgl, ctrl],
+    )?;
+    // The provider may grant more inline room than asked; rsockets uses what it got.
+    let config = config.with_inline_size(qp.max_inline_data());
+    let conn = Connection::new(config, layout);
+    // RDMA writes with immediate need receives without buffers; all are posted before the
+    // peer can send anything.
+    for _ in 0..config.rq_size() {
+        qp.post_recv(WR_ID_RECV_FLAG, None)?;
+    }
+    let conn_data = conn.local_conn_data().encode().to_vec();
+    Ok((
+        Parts {
+            qp,
+            cq: AsyncCq::new(cq, opts.busy_poll),
+            conn,
+        },
+        Some(conn_data),
+    ))
+}
+
+/// Decodes and applies the peer's connection data.
+pub(super) fn apply_peer_conn_data(
+    parts: &mut Parts,
+    data: &[u8],
+    peer: SocketAddr,
+) -> io::Result<()> {
+    let peer_data = ConnData::decode(data).map_err(|e| invalid_conn_data(e, peer))?;
+    parts
+        .conn
+        .handle_peer_conn_data(&peer_data)
+        .map_err(|e| invalid_conn_data(e, peer))
+}
+
+fn invalid_conn_data(err: ProtoError, peer: SocketAddr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{peer} sent invalid rsockets connection data: {err}"),
+    )
+}
+
+/// Which side of the stream is waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Side {
+    Read,
+    Write,
+}
+
+#[derive(Debug)]
+struct State {
+    conn: Connection,
+    read_waker: Option<Waker>,
+    write_waker: Option<Waker>,
+    /// The first transport failure, which explains the protocol's later "failed" state.
+    transport_error: Option<(io::ErrorKind, String)>,
+    shutdown_started: bool,
+}
+
+/// One stream connection's queue pair, protocol state and wake-ups.
+#[derive(Debug)]
+pub(super) struct Driver {
+    // Drop order: disconnect, then destroy the queue pair, then free rings and queues.
+    link: CmLink,
+    qp: QueuePair,
+    cq: AsyncCq,
+    cq_waiters: [FdWaiter; 2],
+    cm_waiters: [FdWaiter; 2],
+    state: Mutex<State>,
+}
+
+impl Driver {
+    pub(super) fn new(parts: Parts, link: CmLink) -> io::Result<Self> {
+        let driver = Driver {
+            cq_waiters: [parts.cq.waiter()?, parts.cq.waiter()?],
+            cm_waiters: [link.waiter()?, link.waiter()?],
+            link,
+            qp: parts.qp,
+            cq: parts.cq,
+            state: Mutex::new(State {
+                conn: parts.conn,
+                read_waker: None,
+                write_waker: None,
+                transport_error: None,
+                shutdown_started: false,
+            }),
+        };
+        // The first SGL update (the second half of our ring) goes out at once.
+        let mut state = driver.lock();
+        driver.post_controls(&mut state)?;
+        drop(state);
+        Ok(driver)
+    }
+
+    pub(super) fn link(&self) -> &CmLink {
+        &self.link
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every update keeps the state consistent before anything that could panic.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Handles every completion already queued.
+    fn pump(&self, state: &mut State) -> io::Result<()> {
+        let mut wcs = [WorkCompletion::EMPTY; 32];
+        loop {
+            let n = self.cq.try_poll(&mut wcs)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.handle(state, &wcs[..n])?;
+        }
+    }
+
+    fn handle(&self, state: &mut State, wcs: &[WorkCompletion]) -> io::Result<()> {
+        for wc in wcs {
+            if wc.wr_id & WR_ID_RECV_FLAG != 0 {
+                self.handle_recv(state, wc)?;
+            } else {
+                let ok = wc.status.is_success();
+                if !ok && wc.status != WcStatus::FLUSH && state.transport_error.is_none() {
+                    let err = wc_error(wc, self.link.peer_addr(), true);
+                    tracing::debug!(error = %err, "stream send failed");
+                    state.transport_error = Some((err.kind(), err.to_string()));
+                }
+                if let Err(e) = state.conn.handle_send_completion(wc.wr_id, ok) {
+                    tracing::debug!(error = %e, "stream send completion ended the connection");
+                }
+            }
+        }
+        self.post_controls(state)?;
+        wake(&mut state.read_waker);
+        wake(&mut state.write_waker);
+        Ok(())
+    }
+
+    fn handle_recv(&self, state: &mut State, wc: &WorkCompletion) -> io::Result<()> {
+        if !wc.status.is_success() {
+            // Flushed or failed receives carry nothing; rsockets skips them too.
+            return Ok(());
+        }
+        let target_sgl = self.qp.buffer(TARGET_SGL);
+        let read_slot = |slot: usize| {
+            let mut entry = [0u8; 16];
+            // An out-of-range slot reads as an empty entry, which the core rejects.
+            let _ = target_sgl.read_at(slot * 16, &mut entry);
+            entry
+        };
+        match state
+            .conn
+            .handle_recv_completion(wc.imm_data, wc.byte_len, read_slot)
+        {
+            Ok(action) if action.repost => self.qp.post_recv(WR_ID_RECV_FLAG, None),
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::warn!(peer = %self.link.peer_addr(), error = %e, "rsockets protocol violation");
+                Ok(())
+            }
+        }
+    }
+
+    /// Posts every control message the core has due (credits, buffer grants, CTRL).
+    fn post_controls(&self, state: &mut State) -> io::Result<()> {
+        while let Some(cw) = state.conn.poll_control() {
+            let segment;
+            let bytes = cw.payload.unwrap_or_default();
+            let payload = match cw.payload {
+                Some(_) if cw.inline => Payload::Inline(&bytes),
+                Some(_) => {
+                    let offset = cw.ctrl_slot * CTRL_SLOT;
+                    self.qp.buffer(CTRL).write_at(offset, &bytes)?;
+                    segment = [Segment {
+                        buffer: CTRL,
+                        offset,
+                        len: bytes.len(),
+                    }];
+                    Payload::Segments(&segment)
+                }
+                None => Payload::Empty,
+            };
+            let req = WorkRequest {
+                wr_id: cw.wr_id,
+                opcode: Opcode::Write {
+                    remote_addr: cw.remote_addr,
+                    rkey: cw.rkey,
+                    imm: cw.imm,
+                },
+                payload,
+                signaled: true,
+            };
+            if let Err(e) = self.qp.post(&req) {
+                return Err(self.fatal(state, e));
+            }
+        }
+        Ok(())
+    }
+
+    /// Records a local failure that broke the connection and returns it.
+    fn fatal(&self, state: &mut State, err: io::Error) -> io::Error {
+        state
+            .conn
+            .handle_fatal(ProtoError::new(ProtoErrorKind::SendFailed, err.to_string()));
+        state
+            .transport_error
+            .get_or_insert((err.kind(), err.to_string()));
+        err
+    }
+
+    fn post_data(&self, state: &mut State, write: &DataWrite, src: &[u8]) -> io::Result<()> {
+        let mut segments = [Segment {
+            buffer: SBUF,
+            offset: 0,
+            len: 0,
+        }; 2];
+        let payload = if write.inline {
+            Payload::Inline(src)
+        } else {
+            let mut copied = 0;
+            let ring = write.sbuf.as_slice();
+            for (dst, seg) in segments.iter_mut().zip(ring) {
+                self.qp
+                    .buffer(SBUF)
+                    .write_at(seg.offset, &src[copied..copied + seg.len])?;
+                *dst = Segment {
+                    buffer: SBUF,
+                    offset: seg.offset,
+                    len: seg.len,
+                };
+                copied += seg.len;
+            }
+            Payload::Segments(&segments[..ring.len()])
+        };
+        let req = WorkRequest {
+            wr_id: write.wr_id,
+            opcode: Opcode::Write {
+                remote_addr: write.remote_addr,
+                rkey: write.rkey,
+                imm: Some(write.imm),
+            },
+            payload,
+            signaled: true,
+        };
+        self.qp.post(&req).map_err(|e| self.fatal(state, e))
+    }
+
+    /// The error a failed connection reports: the transport's cause if there was one.
+    fn failure(&self, state: &State, proto: Option<ProtoError>) -> io::Error {
+        if let Some((kind, msg)) = &state.transport_error {
+            return io::Error::new(*kind, msg.clone());
+        }
+        match proto {
+            Some(e) => e.into(),
+            None => io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!(
+                    "connection to {} is closed for writing",
+                    self.link.peer_addr()
+                ),
+            ),
+        }
+    }
+
+    /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
+    /// again), or registers `cx` to be woken (`Pending`).
+    fn wait(&self, state: &mut State, side: Side, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let slot = match side {
+            Side::Read => &mut state.read_waker,
+            Side::Write => &mut state.write_waker,
+        };
+        if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            *slot = Some(cx.waker().clone());
+        }
+        let index = side as usize;
+        let mut wcs = [WorkCompletion::EMPTY; 32];
+        match self
+            .cq
+            .poll_completions(&self.cq_waiters[index], cx, &mut wcs)
+        {
+            Poll::Ready(Ok(n)) => return Poll::Ready(self.handle(state, &wcs[..n])),
+            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+            Poll::Pending => {}
+        }
+        match self.link.poll_disconnected(&self.cm_waiters[index], cx) {
+            Poll::Ready(Ok(())) if !state.conn.is_disconnected() => {
+                tracing::debug!(peer = %self.link.peer_addr(), "stream disconnected by rdma_cm");
+                state.conn.handle_disconnected();
+                wake(&mut state.read_waker);
+                wake(&mut state.write_waker);
+                Poll::Ready(Ok(()))
+            }
+            // Already disconnected and still blocked: nothing more will arrive.
+            Poll::Ready(Ok(())) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!("connection closed by {}", self.link.peer_addr()),
+            ))),
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    pub(super) fn poll_read(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let coop = ready!(coop::poll_proceed(cx));
+        let mut state = self.lock();
+        loop {
+            self.pump(&mut state)?;
+            match state.conn.read_status() {
+                ReadStatus::Data(_) => {
+                    let mut taken = 0;
+                    for seg in state.conn.readable_segments().as_slice() {
+                        let n = seg.len.min(buf.remaining());
+                        if n == 0 {
+                            break;
+                        }
+                        self.qp
+                            .buffer(RBUF)
+                            .read_at(seg.offset, &mut buf.initialize_unfilled_to(n)[..n])?;
+                        buf.advance(n);
+                        taken += n;
+                    }
+                    state.conn.consume(taken).map_err(io::Error::from)?;
+                    // Consuming is what returns credits and buffer halves to the peer.
+                    self.post_controls(&mut state)?;
+                    coop.made_progress();
+                    return Poll::Ready(Ok(()));
+                }
+                ReadStatus::Eof => {
+                    coop.made_progress();
+                    return Poll::Ready(Ok(()));
+                }
+                ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
+                ReadStatus::Blocked => ready!(self.wait(&mut state, Side::Read, cx))?,
+            }
+        }
+    }
+
+    /// Writes from `bufs` in order, as much as fits now.
+    pub(super) fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[&[u8]],
+    ) -> Poll<io::Result<usize>> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if total == 0 {
+            return Poll::Ready(Ok(0));
+        }
+        let coop = ready!(coop::poll_proceed(cx));
+        let mut state = self.lock();
+        self.pump(&mut state)?;
+        let mut written = 0;
+        'bufs: for buf in bufs.iter().filter(|b| !b.is_empty()) {
+            // rsockets ramps chunk sizes up from 2 KiB within each application write.
+            let mut call = WriteCall::new();
+            let mut done = 0;
+            while done < buf.len() {
+                match state.conn.prepare_write(&mut call, buf.len() - done) {
+                    Ok(write) => {
+                        let src = &buf[done..done + write.len];
+                        self.post_data(&mut state, &write, src)?;
+                        done += write.len;
+                        written += write.len;
+                    }
+                    Err(_) if written > 0 => break 'bufs,
+                    Err(WriteError::Blocked(_)) => ready!(self.wait(&mut state, Side::Write, cx))?,
+                    Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
+                    Err(WriteError::Failed(e)) => {
+                        return Poll::Ready(Err(self.failure(&state, Some(e))));
+                    }
+                }
+            }
+        }
+        self.post_controls(&mut state)?;
+        coop.made_progress();
+        Poll::Ready(Ok(written))
+    }
+
+    /// Everything written is already posted; this only pushes due control messages.
+    pub(super) fn poll_flush(&self) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        self.pump(&mut state)?;
+        self.post_controls(&mut state)?;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Sends rsockets' SHUTDOWN (or DISCONNECT when reading is over too) and waits until every
+    /// send completed. The peer reads EOF and may keep writing to us.
+    pub(super) fn poll_shutdown(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        if !state.shutdown_started {
+            state.shutdown_started = true;
+            state.conn.shutdown_write();
+        }
+        loop {
+            self.pump(&mut state)?;
+            self.post_controls(&mut state)?;
+            if state.conn.all_sends_done() || state.conn.is_disconnected() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(e) = state.conn.error().cloned() {
+                return Poll::Ready(Err(self.failure(&state, Some(e))));
+            }
+            ready!(self.wait(&mut state, Side::Write, cx))?;
+        }
+    }
+
+    /// Starts closing: queues rsockets' DISCONNECT. Returns whether sends are still in flight.
+    pub(super) fn begin_close(&self) -> bool {
+        let mut state = self.lock();
+        state.conn.close();
+        let _ = self.pump(&mut state);
+        let _ = self.post_controls(&mut state);
+        !(state.conn.all_sends_done()
+            || state.conn.is_disconnected()
+            || state.conn.error().is_some())
+    }
+
+    /// Waits (boundedly, by the caller) until the sends queued before close completed.
+    pub(super) async fn linger(self: Arc<Self>) {
+        std::future::poll_fn(|cx| {
+            let mut state = self.lock();
+            loop {
+                if self.pump(&mut state).is_err() {
+                    return Poll::Ready(());
+                }
+                let _ = self.post_controls(&mut state);
+                if state.conn.all_sends_done()
+                    || state.conn.is_disconnected()
+                    || state.conn.error().is_some()
+                {
+                    return Poll::Ready(());
+                }
+                match self.wait(&mut state, Side::Write, cx) {
+                    Poll::Ready(Ok(())) => continue,
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
+                }
+            }
+        })
+        .await;
+    }
+}
+
+fn wake(slot: &mut Option<Waker>) {
+    if let Some(waker) = slot.take() {
+        waker.wake();
+    }
+}

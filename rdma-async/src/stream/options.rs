@@ -1,0 +1,166 @@
+//! Sizes and timeouts of an [`RStream`](super::RStream), with rsockets' defaults.
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::proto::Config;
+
+/// Where rsockets reads its per-host defaults (one integer per file).
+const RSOCKET_CONFIG_DIR: &str = "/etc/rdma/rsocket";
+
+/// Ring sizes, queue depths, inline size and busy-poll time of a stream.
+///
+/// The defaults are rsockets' (128 KiB rings, 384-deep queues, 64 bytes inline, 10 µs
+/// busy-poll), overridden by the files rsockets itself reads under `/etc/rdma/rsocket`
+/// (`mem_default`, `wmem_default`, `sqsize_default`, `rqsize_default`, `inline_default`,
+/// `polling_time`) when they exist. Sizes are those of the rings: rsockets' `SO_SNDBUF`/
+/// `SO_RCVBUF` of `n` give rings of `2n` bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RStreamOptions {
+    pub(crate) send_buffer_size: u32,
+    pub(crate) recv_buffer_size: u32,
+    pub(crate) sq_size: u32,
+    pub(crate) rq_size: u32,
+    pub(crate) inline_size: u32,
+    pub(crate) busy_poll: Duration,
+    pub(crate) resolve_timeout: Duration,
+    pub(crate) connect_timeout: Option<Duration>,
+}
+
+impl Default for RStreamOptions {
+    fn default() -> Self {
+        Self::from_config_dir(Path::new(RSOCKET_CONFIG_DIR))
+    }
+}
+
+fn read_number(dir: &Path, name: &str) -> Option<u64> {
+    std::fs::read_to_string(dir.join(name))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+impl RStreamOptions {
+    /// rsockets' defaults, with this host's `/etc/rdma/rsocket` overrides.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// rsockets' built-in defaults, overridden by the files in `dir`.
+    fn from_config_dir(dir: &Path) -> Self {
+        let base = Config::new();
+        let num = |name, default: u32| {
+            read_number(dir, name).map_or(default, |v| u32::try_from(v).unwrap_or(u32::MAX))
+        };
+        RStreamOptions {
+            send_buffer_size: num("wmem_default", base.sbuf_size()),
+            recv_buffer_size: num("mem_default", base.rbuf_size()),
+            sq_size: num("sqsize_default", base.sq_size()),
+            rq_size: num("rqsize_default", base.rq_size()),
+            inline_size: num("inline_default", base.inline_size()),
+            busy_poll: Duration::from_micros(read_number(dir, "polling_time").unwrap_or(10)),
+            resolve_timeout: Duration::from_secs(2),
+            connect_timeout: None,
+        }
+    }
+
+    /// Size of the send ring (bytes copied out of writes wait here until the peer has them).
+    pub fn send_buffer_size(mut self, bytes: u32) -> Self {
+        self.send_buffer_size = bytes;
+        self
+    }
+
+    /// Size of the receive ring the peer writes into.
+    pub fn recv_buffer_size(mut self, bytes: u32) -> Self {
+        self.recv_buffer_size = bytes;
+        self
+    }
+
+    /// Send queue depth (rsockets' `RDMA_SQSIZE`).
+    pub fn sq_size(mut self, depth: u32) -> Self {
+        self.sq_size = depth;
+        self
+    }
+
+    /// Receive queue depth, which is also the credits granted to the peer (`RDMA_RQSIZE`).
+    pub fn rq_size(mut self, depth: u32) -> Self {
+        self.rq_size = depth;
+        self
+    }
+
+    /// Writes up to this size go inline in the work request (`RDMA_INLINE`).
+    pub fn inline_size(mut self, bytes: u32) -> Self {
+        self.inline_size = bytes;
+        self
+    }
+
+    /// How long an empty completion queue is polled before the task sleeps.
+    pub fn busy_poll(mut self, time: Duration) -> Self {
+        self.busy_poll = time;
+        self
+    }
+
+    /// Timeout of address and of route resolution, each.
+    pub fn resolve_timeout(mut self, time: Duration) -> Self {
+        self.resolve_timeout = time;
+        self
+    }
+
+    /// A bound on the whole connect, per address tried.
+    pub fn connect_timeout(mut self, time: Duration) -> Self {
+        self.connect_timeout = Some(time);
+        self
+    }
+
+    /// The protocol configuration, clamped as rsockets clamps it.
+    pub(crate) fn config(&self) -> Config {
+        Config::new()
+            .with_sbuf_size(self.send_buffer_size)
+            .with_rbuf_size(self.recv_buffer_size)
+            .with_sq_size(self.sq_size)
+            .with_rq_size(self.rq_size)
+            .with_inline_size(self.inline_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_rsockets_and_files_override_them() {
+        let empty = std::env::temp_dir().join(format!("rdma-async-noconf-{}", std::process::id()));
+        let d = RStreamOptions::from_config_dir(&empty);
+        assert_eq!(
+            (
+                d.send_buffer_size,
+                d.recv_buffer_size,
+                d.sq_size,
+                d.rq_size,
+                d.inline_size
+            ),
+            (131072, 131072, 384, 384, 64)
+        );
+        assert_eq!(d.busy_poll, Duration::from_micros(10));
+
+        let dir = std::env::temp_dir().join(format!("rdma-async-conf-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for (name, value) in [
+            ("mem_default", "8192\n"),
+            ("sqsize_default", "64"),
+            ("polling_time", "0"),
+            ("inline_default", "junk"),
+        ] {
+            std::fs::write(dir.join(name), value).unwrap();
+        }
+        let o = RStreamOptions::from_config_dir(&dir);
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(
+            (o.recv_buffer_size, o.sq_size, o.busy_poll),
+            (8192, 64, Duration::ZERO)
+        );
+        assert_eq!(o.inline_size, 64, "an unreadable value keeps the default");
+        assert_eq!(o.send_buffer_size, 131072);
+    }
+}

@@ -1,0 +1,226 @@
+//! `RStream`: a byte stream over RDMA that speaks rsockets' wire protocol.
+
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::ToSocketAddrs;
+
+use super::driver::{self, Driver};
+use super::options::RStreamOptions;
+use crate::cm::handshake::{self, Dial};
+use crate::cm::resolve::connect_each;
+use crate::cm::{ConnParams, ConnectRequest};
+
+/// How long a dropped stream keeps its resources so that data written before the drop still
+/// reaches the peer (rsockets' `rclose` waits without a bound; we do not hang a task for ever).
+const LINGER: Duration = Duration::from_secs(10);
+
+/// rsockets' connection parameters: no RDMA reads, 7 transport and infinite RNR retries.
+fn rsocket_params() -> ConnParams {
+    ConnParams::new()
+        .responder_resources(0)
+        .initiator_depth(0)
+        .retry_count(7)
+        .rnr_retry_count(7)
+}
+
+/// A reliable, ordered byte stream over RDMA: a drop-in for `tokio::net::TcpStream`.
+///
+/// It implements [`AsyncRead`] and [`AsyncWrite`] over two registered ring buffers, moving
+/// data with RDMA writes with immediate, and speaks rsockets' wire protocol (version 1), so its
+/// peer may be a C program using librdmacm's rsockets (`rstream`, or any program under
+/// `librspreload`). Writes are posted at once (there is no Nagle-like delay);
+/// [`AsyncWriteExt::shutdown`](tokio::io::AsyncWriteExt::shutdown) sends rsockets' SHUTDOWN,
+/// so the peer reads EOF and may still write back; dropping the stream sends DISCONNECT after
+/// the data written before it (for up to 10 s) and tears the connection down.
+///
+/// Errors follow `TcpStream`: a read after the peer closed returns EOF (`Ok(0)`), a write then
+/// fails with `BrokenPipe`, a dead peer ends both with an error (`TimedOut` or
+/// `ConnectionReset`).
+#[derive(Debug)]
+pub struct RStream {
+    driver: Arc<Driver>,
+}
+
+impl RStream {
+    /// Connects to `addr` with the default options, trying each resolved address in turn.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::connect_with`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases the half-built connection.
+    pub async fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<RStream> {
+        Self::connect_with(addr, &RStreamOptions::default()).await
+    }
+
+    /// Connects to `addr` with `options`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` when this machine has no RDMA device, `ConnectionRefused` when nothing
+    /// listens, `TimedOut` when the peer does not answer, `InvalidData` when the peer's
+    /// connection data is not rsockets version 1, and the resolver's error for a bad name.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases the half-built connection.
+    pub async fn connect_with<A: ToSocketAddrs>(
+        addr: A,
+        options: &RStreamOptions,
+    ) -> io::Result<RStream> {
+        connect_each(addr, options.connect_timeout, |dst| {
+            Self::connect_one(dst, options)
+        })
+        .await
+    }
+
+    async fn connect_one(dst: SocketAddr, options: &RStreamOptions) -> io::Result<RStream> {
+        let dial = Dial {
+            src: None,
+            resolve_timeout: options.resolve_timeout,
+            params: rsocket_params(),
+        };
+        let (mut parts, link) =
+            handshake::connect(dst, &dial, |id| driver::build(id, options)).await?;
+        driver::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
+        let driver = Driver::new(parts, link)?;
+        tracing::debug!(peer = %dst, "rsocket stream connected");
+        Ok(RStream {
+            driver: Arc::new(driver),
+        })
+    }
+
+    /// Accepts a connection request as a stream.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` when the request does not carry rsockets version 1 connection data (the
+    /// request is then rejected), or the handshake's error.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases everything created for the connection.
+    pub async fn accept(request: ConnectRequest, options: &RStreamOptions) -> io::Result<RStream> {
+        let peer = request.peer_addr();
+        let peer_data = request.private_data().to_vec();
+        if let Err(e) = crate::proto::ConnData::decode(&peer_data) {
+            let _ = request.reject(&[]);
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{peer} sent invalid rsockets connection data (rejected): {e}"),
+            ));
+        }
+        let (parts, link) = request
+            .accept_with(&rsocket_params(), |id| {
+                let (mut parts, data) = driver::build(id, options)?;
+                driver::apply_peer_conn_data(&mut parts, &peer_data, peer)?;
+                Ok((parts, data))
+            })
+            .await?;
+        let driver = Driver::new(parts, link)?;
+        tracing::debug!(%peer, "rsocket stream accepted");
+        Ok(RStream {
+            driver: Arc::new(driver),
+        })
+    }
+
+    /// The peer's address.
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.driver.link().peer_addr())
+    }
+
+    /// The local address of the connection.
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::local_addr`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.driver.link().local_addr())
+    }
+
+    /// Accepted for `TcpStream` compatibility: every write is posted at once, as with
+    /// `TCP_NODELAY`.
+    ///
+    /// # Errors
+    ///
+    /// Never fails.
+    pub fn set_nodelay(&self, _nodelay: bool) -> io::Result<()> {
+        Ok(())
+    }
+
+    /// Always `true`: writes are never delayed.
+    ///
+    /// # Errors
+    ///
+    /// Never fails.
+    pub fn nodelay(&self) -> io::Result<bool> {
+        Ok(true)
+    }
+}
+
+impl AsyncRead for RStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        self.driver.poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for RStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        self.driver.poll_write(cx, &[buf])
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        self.driver.poll_write(cx, &slices)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        true
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.driver.poll_flush()
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.driver.poll_shutdown(cx)
+    }
+}
+
+impl Drop for RStream {
+    fn drop(&mut self) {
+        if self.driver.begin_close()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // Keep the rings registered until the peer has what was written before the drop.
+            let driver = self.driver.clone();
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(LINGER, driver.linger()).await;
+            });
+        }
+    }
+}

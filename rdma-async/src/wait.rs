@@ -1,0 +1,39 @@
+//! Waiting for a channel descriptor to become readable, once per waiting side.
+//!
+//! Tokio's `AsyncFd::poll_read_ready` keeps only the most recent waker, so two tasks that wait
+//! on one descriptor (a stream's reader and writer) would steal each other's wake-ups; a
+//! cancelled write future could then leave the reader asleep for ever. Each side therefore gets
+//! its own registration, on a duplicate of the descriptor: epoll reports readiness to both.
+
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::task::{Context, Poll};
+
+use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
+
+use crate::verbs;
+
+/// One side's registration of a channel descriptor with the reactor.
+#[derive(Debug)]
+pub(crate) struct FdWaiter {
+    fd: AsyncFd<OwnedFd>,
+}
+
+impl FdWaiter {
+    /// Registers a duplicate of `channel`'s descriptor.
+    pub(crate) fn new(channel: &impl AsFd) -> io::Result<Self> {
+        let dup = channel.as_fd().try_clone_to_owned()?;
+        Ok(FdWaiter {
+            fd: verbs::register_readable(dup)?,
+        })
+    }
+
+    /// Waits until the descriptor is readable. Callers drain the channel through its owner
+    /// and clear the readiness with the guard once the channel reports `WouldBlock`.
+    pub(crate) fn poll_readable(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<AsyncFdReadyGuard<'_, OwnedFd>>> {
+        self.fd.poll_read_ready(cx)
+    }
+}
