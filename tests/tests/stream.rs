@@ -299,3 +299,209 @@ async fn c_rstream_client_with_our_server() {
         );
     }
 }
+
+// ---- robustness ----------------------------------------------------------------------------
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_connection_data_is_rejected_and_the_listener_goes_on() {
+    use rdma_async::cm::ConnParams;
+    use rdma_async::endpoint::{Endpoint, EndpointOptions};
+
+    let listener = rlistener(RStreamOptions::new()).await;
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await?;
+        let mut buf = [0u8; 5];
+        stream.read_exact(&mut buf).await?;
+        io::Result::Ok(buf)
+    });
+    // A wrong version, then too little data: both refused, not fatal to the listener.
+    let mut wrong_version = [0u8; 40];
+    wrong_version[0] = 2;
+    for (what, data) in [
+        ("version 2", wrong_version.to_vec()),
+        ("no data", Vec::new()),
+    ] {
+        let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(data));
+        let err = guard("bad connect", Endpoint::connect(addr, &opts))
+            .await
+            .expect_err(what);
+        assert_eq!(
+            err.kind(),
+            io::ErrorKind::ConnectionRefused,
+            "{what}: {err}"
+        );
+    }
+    let mut good = guard("good connect", RStream::connect(addr)).await.unwrap();
+    good.write_all(b"hello").await.unwrap();
+    assert_eq!(&guard("server", server).await.unwrap().unwrap(), b"hello");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifty_concurrent_connections_each_moving_data() {
+    const N: usize = 50;
+    const BYTES: usize = 64 * 1024;
+    // Small rings and queues keep 50 connections within the guest's memory.
+    let options = RStreamOptions::new()
+        .send_buffer_size(16384)
+        .recv_buffer_size(16384)
+        .sq_size(32)
+        .rq_size(32);
+    let listener = rlistener(options.clone()).await;
+    let addr = listener.local_addr().unwrap();
+    let server = tokio::spawn(async move {
+        let mut sessions = tokio::task::JoinSet::new();
+        for _ in 0..N {
+            let (mut stream, _) = listener.accept().await?;
+            sessions.spawn(async move {
+                let mut data = Vec::new();
+                stream.read_to_end(&mut data).await?;
+                stream.write_all(&data).await?;
+                stream.shutdown().await
+            });
+        }
+        while let Some(done) = sessions.join_next().await {
+            done.expect("session task")?;
+        }
+        io::Result::Ok(())
+    });
+    let mut clients = tokio::task::JoinSet::new();
+    for i in 0..N {
+        let options = options.clone();
+        clients.spawn(async move {
+            let mut stream = RStream::connect_with(addr, &options).await?;
+            let data = pattern(i as u64, BYTES);
+            stream.write_all(&data).await?;
+            stream.shutdown().await?;
+            let mut back = Vec::new();
+            stream.read_to_end(&mut back).await?;
+            assert!(
+                back == data,
+                "connection {i} echoed {} bytes, not its own data",
+                back.len()
+            );
+            io::Result::Ok(())
+        });
+    }
+    while let Some(done) = guard("clients", clients.join_next()).await {
+        done.expect("client task").unwrap();
+    }
+    guard("server", server).await.unwrap().unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_read_and_write_futures_lose_nothing() {
+    use std::time::Duration;
+
+    const TOTAL: usize = 2 << 20;
+    let options = RStreamOptions::new()
+        .send_buffer_size(16384)
+        .recv_buffer_size(16384);
+    let listener = rlistener(options.clone()).await;
+    let addr = listener.local_addr().unwrap();
+    let data = pattern(42, TOTAL);
+    let expected = data.clone();
+    // The server writes with futures that are cut off at random points and retried.
+    let server = tokio::spawn(async move {
+        let (mut stream, _) = listener.accept().await?;
+        let (mut sent, mut round) = (0usize, 0u64);
+        while sent < TOTAL {
+            round += 1;
+            let cut = Duration::from_micros(round * 7919 % 3000);
+            let end = (sent + 1 + (round as usize * 104_729) % 200_000).min(TOTAL);
+            if let Ok(n) = tokio::time::timeout(cut, stream.write(&data[sent..end])).await {
+                sent += n?;
+            }
+        }
+        stream.shutdown().await?;
+        io::Result::Ok(round)
+    });
+    let mut stream = guard("connect", RStream::connect_with(addr, &options))
+        .await
+        .unwrap();
+    let (mut got, mut round, mut cuts) = (Vec::with_capacity(TOTAL), 0u64, 0u64);
+    let mut buf = vec![0u8; 100_000];
+    loop {
+        round += 1;
+        let cut = Duration::from_micros(round * 6007 % 3000);
+        let want = 1 + (round as usize * 3_571) % buf.len();
+        match tokio::time::timeout(cut, stream.read(&mut buf[..want])).await {
+            Ok(Ok(0)) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+            Ok(Err(e)) => panic!("read failed: {e}"),
+            Err(_) => cuts += 1,
+        }
+        assert!(round < 1_000_000, "the transfer made no progress");
+    }
+    let server_rounds = guard("server", server).await.unwrap().unwrap();
+    assert_eq!(got.len(), expected.len(), "bytes received");
+    assert!(
+        got == expected,
+        "received bytes differ: lost, duplicated or misplaced data"
+    );
+    assert!(
+        cuts > 0,
+        "some read futures were dropped while pending ({round} rounds)"
+    );
+    assert!(server_rounds > 1, "the writer was cut off and retried");
+}
+
+#[rdma_async::test]
+async fn killed_peer_ends_reads_and_writes_without_hanging() {
+    // A C rstream server in a long run; we kill it mid-transfer.
+    let port = 17484u16;
+    let mut args = custom_run_args(65536, 1000, 1000, &[]);
+    args.extend([
+        "-b".to_string(),
+        test_ip().to_string(),
+        "-p".to_string(),
+        port.to_string(),
+    ]);
+    let mut child = c_rstream(&args);
+    let addr = SocketAddr::new(test_ip(), port);
+    let mut stream = connect_when_listening(|| RStream::connect(addr)).await;
+    let (mut tx, mut rx) = (Counter::default(), Counter::default());
+    let mut buf = vec![0u8; 65536];
+    send(&mut stream, &mut tx, &mut buf[..16]).await;
+    recv(&mut stream, &mut rx, &mut buf[..16]).await;
+    send(&mut stream, &mut tx, &mut buf).await; // the transfer is under way
+    child.start_kill().expect("kill C rstream");
+    child.wait().await.expect("reap C rstream");
+    // Reads end (EOF or an error); writes then fail. Neither may hang.
+    let read = guard("read after the peer died", async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) => return Ok(()),
+                Ok(_) => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    })
+    .await;
+    if let Err(e) = &read {
+        assert!(
+            matches!(
+                e.kind(),
+                io::ErrorKind::ConnectionReset
+                    | io::ErrorKind::TimedOut
+                    | io::ErrorKind::BrokenPipe
+            ),
+            "{e}"
+        );
+    }
+    let write_err = guard("write after the peer died", async {
+        loop {
+            if let Err(e) = stream.write_all(&buf).await {
+                return e;
+            }
+        }
+    })
+    .await;
+    assert!(
+        matches!(
+            write_err.kind(),
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::TimedOut
+        ),
+        "{write_err}"
+    );
+}
