@@ -379,56 +379,97 @@ impl Driver {
         }
     }
 
-    pub(super) fn poll_read(
+    /// Copies readable bytes into `buf`, consuming them unless `peek`.
+    fn copy_out(&self, state: &mut State, buf: &mut ReadBuf<'_>, peek: bool) -> io::Result<()> {
+        let mut taken = 0;
+        for seg in state.conn.readable_segments().as_slice() {
+            let n = seg.len.min(buf.remaining());
+            if n == 0 {
+                break;
+            }
+            self.qp
+                .buffer(RBUF)
+                .read_at(seg.offset, &mut buf.initialize_unfilled_to(n)[..n])?;
+            buf.advance(n);
+            taken += n;
+        }
+        if !peek {
+            state.conn.consume(taken).map_err(io::Error::from)?;
+            // Consuming is what returns credits and buffer halves to the peer.
+            self.post_controls(state)?;
+        }
+        Ok(())
+    }
+
+    /// Reads (or peeks) into `buf`; with no `cx`, returns `WouldBlock` instead of waiting.
+    fn read(
         &self,
-        cx: &mut Context<'_>,
+        mut cx: Option<&mut Context<'_>>,
         buf: &mut ReadBuf<'_>,
+        peek: bool,
     ) -> Poll<io::Result<()>> {
-        let coop = ready!(coop::poll_proceed(cx));
         let mut state = self.lock();
         loop {
             self.pump(&mut state)?;
             match state.conn.read_status() {
-                ReadStatus::Data(_) => {
-                    let mut taken = 0;
-                    for seg in state.conn.readable_segments().as_slice() {
-                        let n = seg.len.min(buf.remaining());
-                        if n == 0 {
-                            break;
-                        }
-                        self.qp
-                            .buffer(RBUF)
-                            .read_at(seg.offset, &mut buf.initialize_unfilled_to(n)[..n])?;
-                        buf.advance(n);
-                        taken += n;
-                    }
-                    state.conn.consume(taken).map_err(io::Error::from)?;
-                    // Consuming is what returns credits and buffer halves to the peer.
-                    self.post_controls(&mut state)?;
-                    coop.made_progress();
-                    return Poll::Ready(Ok(()));
-                }
-                ReadStatus::Eof => {
-                    coop.made_progress();
-                    return Poll::Ready(Ok(()));
-                }
+                ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
+                ReadStatus::Eof => return Poll::Ready(Ok(())),
                 ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
-                ReadStatus::Blocked => ready!(self.wait(&mut state, Side::Read, cx))?,
+                ReadStatus::Blocked => match cx.as_deref_mut() {
+                    Some(cx) => ready!(self.wait(&mut state, Side::Read, cx))?,
+                    None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
+                },
             }
         }
     }
 
-    /// Writes from `bufs` in order, as much as fits now.
-    pub(super) fn poll_write(
+    pub(super) fn poll_read(
         &self,
         cx: &mut Context<'_>,
-        bufs: &[&[u8]],
-    ) -> Poll<io::Result<usize>> {
-        let total: usize = bufs.iter().map(|b| b.len()).sum();
-        if total == 0 {
-            return Poll::Ready(Ok(0));
-        }
+        buf: &mut ReadBuf<'_>,
+        peek: bool,
+    ) -> Poll<io::Result<()>> {
         let coop = ready!(coop::poll_proceed(cx));
+        let result = ready!(self.read(Some(cx), buf, peek));
+        coop.made_progress();
+        Poll::Ready(result)
+    }
+
+    /// Reads without waiting: `WouldBlock` when nothing is buffered.
+    pub(super) fn try_read(&self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
+        match self.read(None, buf, false) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// Waits until a read would not block (data, EOF or an error).
+    pub(super) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        loop {
+            self.pump(&mut state)?;
+            if state.conn.read_status() != ReadStatus::Blocked {
+                return Poll::Ready(Ok(()));
+            }
+            ready!(self.wait(&mut state, Side::Read, cx))?;
+        }
+    }
+
+    /// Waits until a write would not block (room to send, or an error to report).
+    pub(super) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        loop {
+            self.pump(&mut state)?;
+            match state.conn.write_readiness() {
+                Err(WriteError::Blocked(_)) => ready!(self.wait(&mut state, Side::Write, cx))?,
+                _ => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+
+    /// Writes from `bufs` in order, as much as fits now; with no `cx`, returns `WouldBlock`
+    /// instead of waiting when nothing fits.
+    fn write(&self, mut cx: Option<&mut Context<'_>>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
         let mut state = self.lock();
         self.pump(&mut state)?;
         let mut written = 0;
@@ -445,7 +486,10 @@ impl Driver {
                         written += write.len;
                     }
                     Err(_) if written > 0 => break 'bufs,
-                    Err(WriteError::Blocked(_)) => ready!(self.wait(&mut state, Side::Write, cx))?,
+                    Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
+                        Some(cx) => ready!(self.wait(&mut state, Side::Write, cx))?,
+                        None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
+                    },
                     Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
                     Err(WriteError::Failed(e)) => {
                         return Poll::Ready(Err(self.failure(&state, Some(e))));
@@ -454,8 +498,32 @@ impl Driver {
             }
         }
         self.post_controls(&mut state)?;
-        coop.made_progress();
         Poll::Ready(Ok(written))
+    }
+
+    pub(super) fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[&[u8]],
+    ) -> Poll<io::Result<usize>> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Poll::Ready(Ok(0));
+        }
+        let coop = ready!(coop::poll_proceed(cx));
+        let result = ready!(self.write(Some(cx), bufs));
+        coop.made_progress();
+        Poll::Ready(result)
+    }
+
+    /// Writes without waiting: `WouldBlock` when nothing fits now.
+    pub(super) fn try_write(&self, bufs: &[&[u8]]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        match self.write(None, bufs) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
     }
 
     /// Everything written is already posted; this only pushes due control messages.
@@ -484,6 +552,17 @@ impl Driver {
                 return Poll::Ready(Err(self.failure(&state, Some(e))));
             }
             ready!(self.wait(&mut state, Side::Write, cx))?;
+        }
+    }
+
+    /// Queues rsockets' SHUTDOWN without waiting for it (dropping a write half).
+    pub(super) fn begin_shutdown(&self) {
+        let mut state = self.lock();
+        if !state.shutdown_started {
+            state.shutdown_started = true;
+            state.conn.shutdown_write();
+            let _ = self.pump(&mut state);
+            let _ = self.post_controls(&mut state);
         }
     }
 

@@ -1,8 +1,13 @@
 //! `RListener`: accepts rsockets-compatible streams.
 
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
+use futures_core::Stream;
 use tokio::net::ToSocketAddrs;
 
 use super::options::RStreamOptions;
@@ -79,5 +84,59 @@ impl RListener {
                 Err(e) => tracing::warn!(%peer, error = %e, "rsocket handshake failed"),
             }
         }
+    }
+}
+
+impl RListener {
+    /// The accepted connections as a [`Stream`] (for `serve_with_incoming`-style APIs). An
+    /// error of the listener itself is yielded once, then the stream ends, so a consumer that
+    /// retries errors does not spin on a dead listener.
+    pub fn into_incoming(self) -> Incoming {
+        Incoming {
+            listener: Arc::new(self),
+            accept: None,
+            done: false,
+        }
+    }
+}
+
+type AcceptFuture = Pin<Box<dyn Future<Output = io::Result<(RStream, SocketAddr)>> + Send>>;
+
+/// The connections of an [`RListener`], from [`RListener::into_incoming`].
+pub struct Incoming {
+    listener: Arc<RListener>,
+    accept: Option<AcceptFuture>,
+    done: bool,
+}
+
+impl std::fmt::Debug for Incoming {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Incoming")
+            .field("listener", &self.listener)
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl Stream for Incoming {
+    type Item = io::Result<RStream>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let listener = self.listener.clone();
+        let accept = self
+            .accept
+            .get_or_insert_with(|| Box::pin(async move { listener.accept().await }));
+        let result = ready!(accept.as_mut().poll(cx));
+        self.accept = None;
+        Poll::Ready(Some(match result {
+            Ok((stream, _peer)) => Ok(stream),
+            Err(e) => {
+                self.done = true;
+                Err(e)
+            }
+        }))
     }
 }

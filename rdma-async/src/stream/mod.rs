@@ -5,7 +5,9 @@ mod driver;
 mod listener;
 mod options;
 mod rstream;
+mod split;
 
-pub use listener::RListener;
+pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;
 pub use rstream::RStream;
+pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};

@@ -25,6 +25,7 @@ pub struct RStreamOptions {
     pub(crate) busy_poll: Duration,
     pub(crate) resolve_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
+    pub(crate) bind: Option<std::net::SocketAddr>,
 }
 
 impl Default for RStreamOptions {
@@ -62,6 +63,7 @@ impl RStreamOptions {
             busy_poll: Duration::from_micros(read_number(dir, "polling_time").unwrap_or(10)),
             resolve_timeout: Duration::from_secs(2),
             connect_timeout: None,
+            bind: None,
         }
     }
 
@@ -110,6 +112,12 @@ impl RStreamOptions {
     /// A bound on the whole connect, per address tried.
     pub fn connect_timeout(mut self, time: Duration) -> Self {
         self.connect_timeout = Some(time);
+        self
+    }
+
+    /// The local address to connect from.
+    pub fn bind(mut self, addr: std::net::SocketAddr) -> Self {
+        self.bind = Some(addr);
         self
     }
 

@@ -12,6 +12,7 @@ use tokio::net::ToSocketAddrs;
 
 use super::driver::{self, Driver};
 use super::options::RStreamOptions;
+use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use crate::cm::handshake::{self, Dial};
 use crate::cm::resolve::connect_each;
 use crate::cm::{ConnParams, ConnectRequest};
@@ -44,7 +45,61 @@ fn rsocket_params() -> ConnParams {
 /// `ConnectionReset`).
 #[derive(Debug)]
 pub struct RStream {
+    inner: Arc<Inner>,
+}
+
+/// What a stream and its owned halves share; the connection closes when the last is dropped.
+#[derive(Debug)]
+pub(super) struct Inner {
     driver: Arc<Driver>,
+}
+
+impl Inner {
+    pub(super) fn driver(&self) -> &Driver {
+        &self.driver
+    }
+
+    pub(super) async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut buf = ReadBuf::new(buf);
+        std::future::poll_fn(|cx| self.driver.poll_read(cx, &mut buf, true)).await?;
+        Ok(buf.filled().len())
+    }
+
+    pub(super) async fn readable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.driver.poll_read_ready(cx)).await
+    }
+
+    pub(super) async fn writable(&self) -> io::Result<()> {
+        std::future::poll_fn(|cx| self.driver.poll_write_ready(cx)).await
+    }
+
+    pub(super) fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut buf = ReadBuf::new(buf);
+        self.driver.try_read(&mut buf)?;
+        Ok(buf.filled().len())
+    }
+
+    pub(super) fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.driver.link().peer_addr())
+    }
+
+    pub(super) fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.driver.link().local_addr())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if self.driver.begin_close()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            // Keep the rings registered until the peer has what was written before the drop.
+            let driver = self.driver.clone();
+            runtime.spawn(async move {
+                let _ = tokio::time::timeout(LINGER, driver.linger()).await;
+            });
+        }
+    }
 }
 
 impl RStream {
@@ -84,7 +139,7 @@ impl RStream {
 
     async fn connect_one(dst: SocketAddr, options: &RStreamOptions) -> io::Result<RStream> {
         let dial = Dial {
-            src: None,
+            src: options.bind,
             resolve_timeout: options.resolve_timeout,
             params: rsocket_params(),
         };
@@ -93,9 +148,7 @@ impl RStream {
         driver::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
         let driver = Driver::new(parts, link)?;
         tracing::debug!(peer = %dst, "rsocket stream connected");
-        Ok(RStream {
-            driver: Arc::new(driver),
-        })
+        Ok(RStream::from_driver(driver))
     }
 
     /// Accepts a connection request as a stream.
@@ -127,9 +180,19 @@ impl RStream {
             .await?;
         let driver = Driver::new(parts, link)?;
         tracing::debug!(%peer, "rsocket stream accepted");
-        Ok(RStream {
-            driver: Arc::new(driver),
-        })
+        Ok(RStream::from_driver(driver))
+    }
+
+    fn from_driver(driver: Driver) -> RStream {
+        RStream {
+            inner: Arc::new(Inner {
+                driver: Arc::new(driver),
+            }),
+        }
+    }
+
+    pub(super) fn from_inner(inner: Arc<Inner>) -> RStream {
+        RStream { inner }
     }
 
     /// The peer's address.
@@ -138,7 +201,7 @@ impl RStream {
     ///
     /// Never fails today; the `Result` mirrors `TcpStream::peer_addr`.
     pub fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.driver.link().peer_addr())
+        self.inner.peer_addr()
     }
 
     /// The local address of the connection.
@@ -147,7 +210,7 @@ impl RStream {
     ///
     /// Never fails today; the `Result` mirrors `TcpStream::local_addr`.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.driver.link().local_addr())
+        self.inner.local_addr()
     }
 
     /// Accepted for `TcpStream` compatibility: every write is posted at once, as with
@@ -168,6 +231,89 @@ impl RStream {
     pub fn nodelay(&self) -> io::Result<bool> {
         Ok(true)
     }
+
+    /// Receives data without removing it: the next read returns the same bytes. Returns 0 at
+    /// EOF.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error, as for a read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed.
+    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.peek(buf).await
+    }
+
+    /// Waits until a read would not block (data, EOF or an error).
+    ///
+    /// # Errors
+    ///
+    /// Errors reading the completion or event channels.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn readable(&self) -> io::Result<()> {
+        self.inner.readable().await
+    }
+
+    /// Waits until a write would not block (room in the ring, credits, or an error to report).
+    ///
+    /// # Errors
+    ///
+    /// Errors reading the completion or event channels.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn writable(&self) -> io::Result<()> {
+        self.inner.writable().await
+    }
+
+    /// Reads what is buffered without waiting: `WouldBlock` when nothing is; `Ok(0)` at EOF.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock`, or the connection's error.
+    pub fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.inner.try_read(buf)
+    }
+
+    /// Writes what fits now without waiting: `WouldBlock` when nothing does.
+    ///
+    /// # Errors
+    ///
+    /// `WouldBlock`, `BrokenPipe` once writing is shut down, or the connection's error.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        self.inner.driver.try_write(&[buf])
+    }
+
+    /// As [`Self::try_write`], gathering from several buffers.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::try_write`].
+    pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        self.inner.driver().try_write(&slices)
+    }
+
+    /// Splits the stream into a reading and a writing half that borrow it (no cost, no lock).
+    pub fn split(&mut self) -> (ReadHalf<'_>, WriteHalf<'_>) {
+        (ReadHalf::new(&self.inner), WriteHalf::new(&self.inner))
+    }
+
+    /// Splits the stream into halves that can move to different tasks. Dropping the write
+    /// half shuts down writing (the peer reads EOF), as with `TcpStream::into_split`; the
+    /// connection closes when both halves are gone.
+    pub fn into_split(self) -> (OwnedReadHalf, OwnedWriteHalf) {
+        (
+            OwnedReadHalf::new(self.inner.clone()),
+            OwnedWriteHalf::new(self.inner),
+        )
+    }
 }
 
 impl AsyncRead for RStream {
@@ -176,7 +322,7 @@ impl AsyncRead for RStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.driver.poll_read(cx, buf)
+        self.inner.driver.poll_read(cx, buf, false)
     }
 }
 
@@ -186,7 +332,7 @@ impl AsyncWrite for RStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.driver.poll_write(cx, &[buf])
+        self.inner.driver.poll_write(cx, &[buf])
     }
 
     fn poll_write_vectored(
@@ -195,7 +341,7 @@ impl AsyncWrite for RStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.driver.poll_write(cx, &slices)
+        self.inner.driver.poll_write(cx, &slices)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -203,24 +349,10 @@ impl AsyncWrite for RStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.driver.poll_flush()
+        self.inner.driver.poll_flush()
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.driver.poll_shutdown(cx)
-    }
-}
-
-impl Drop for RStream {
-    fn drop(&mut self) {
-        if self.driver.begin_close()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            // Keep the rings registered until the peer has what was written before the drop.
-            let driver = self.driver.clone();
-            runtime.spawn(async move {
-                let _ = tokio::time::timeout(LINGER, driver.linger()).await;
-            });
-        }
+        self.inner.driver.poll_shutdown(cx)
     }
 }

@@ -1,0 +1,216 @@
+//! A peer of librdmacm's `rstream`: the same flags, the same exchange and the same result table,
+//! so either side can be the C tool and the two can be compared line for line.
+//!
+//! ```text
+//! rstream [-s server_address] [-b bind_address] [-p port] [-f ip|ipv6]
+//!         [-S transfer_size|all] [-C transfer_count] [-I iterations]
+//!         [-B buffer_size] [-i inline_size] [-k keepalive_seconds] [-T s|b|n|v|a|r ...]
+//! ```
+//!
+//! Without `-s` it is the server: it listens on `-b` (0.0.0.0 by default), port `-p` (7471).
+//! With `-s` it is the client and connects there (from `-b` if given, on an ephemeral port).
+//!
+//! - Default run (none of `-S size`, `-C`, `-I`): two connections in turn. The first runs a
+//!   latency test per size (one transfer each way, many iterations), the second a bandwidth
+//!   test per size (many transfers each way, one iteration). Sizes are 64 B, 4 KiB, 64 KiB and
+//!   1 MiB, or all 33 with `-S all`; the repetitions come from the size (100 000 below 1 KiB,
+//!   10 000 below 64 KiB, 1 000 below 1 MiB, 100 above).
+//! - Custom run: one connection, one test of `-I` iterations (default 1) of `-C` transfers
+//!   (default 1000) of `-S` bytes (default 1000) each way.
+//!
+//! `-T` options, repeatable: `s` kernel TCP instead of RDMA streams; `b` blocking (awaited)
+//! transfers; `n` non-blocking busy-polled transfers (the default; the last of `b`/`n` wins);
+//! `v` verify the data (a byte counter per direction, continuous over the whole process). `a`
+//! and `r` are accepted without effect, `f` (fork) is refused. `-B` sets SO_SNDBUF/SO_RCVBUF
+//! (512 KiB by default, as in the C tool), `-i` the RDMA inline size of the latency connection,
+//! `-k` TCP keepalive.
+//!
+//! Side by side with the C tool over kernel TCP:
+//!
+//! ```text
+//! rstream -T s -b 127.0.0.1 -T v -S 4096 -C 100 -I 10
+//! cargo run -p rdma-async-examples --example rstream -- -T s -s 127.0.0.1 -T v -S 4096 -C 100 -I 10
+//! ```
+//!
+//! The RDMA backend waits for `rdma_async::stream` (see `rstream/transport.rs`); until then
+//! runs without `-T s` stop with "RDMA streams are not available yet; use -T s".
+
+#[path = "rstream/exchange.rs"]
+mod exchange;
+#[path = "rstream/options.rs"]
+mod options;
+#[path = "rstream/pattern.rs"]
+mod pattern;
+#[path = "rstream/plan.rs"]
+mod plan;
+#[path = "rstream/report.rs"]
+mod report;
+#[path = "rstream/transport.rs"]
+mod transport;
+
+use std::io;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+
+use exchange::{Transfers, run_client, run_server};
+use options::Options;
+use plan::Test;
+use transport::{Connection, Listener, StreamOptions};
+
+/// rstream.c's socket buffer size when `-B` is not given.
+const DEFAULT_BUFFER_SIZE: usize = 1 << 19;
+
+/// What a connection is tuned for; rstream.c sets the rsockets inline size from it.
+#[derive(Debug, Clone, Copy)]
+enum Tuning {
+    Latency,
+    Bandwidth,
+    Custom,
+}
+
+/// This side of the connections: the server's listener, kept for both connections of the
+/// default run, or the client's addresses.
+#[derive(Debug)]
+enum Peer {
+    Server(Listener),
+    Client {
+        dst: SocketAddr,
+        src: Option<SocketAddr>,
+    },
+}
+
+impl Peer {
+    /// Resolves and, for the server, listens: rstream.c does this before printing the header.
+    async fn new(opts: &Options) -> io::Result<Self> {
+        match &opts.server {
+            None => {
+                let addr = match &opts.bind {
+                    Some(host) => transport::resolve(host, opts.port, opts.numeric_host).await?,
+                    None => transport::any_address(opts.port),
+                };
+                Ok(Peer::Server(Listener::bind(opts.backend, addr).await?))
+            }
+            Some(host) => {
+                let dst = transport::resolve(host, opts.port, opts.numeric_host).await?;
+                // rstream.c binds the client to -b *and the -p port*, which collides with a
+                // server on the same host and with the default run's own first connection;
+                // an ephemeral port avoids both and changes nothing on the wire.
+                let src = match &opts.bind {
+                    Some(host) => Some(transport::resolve(host, 0, opts.numeric_host).await?),
+                    None => None,
+                };
+                Ok(Peer::Client { dst, src })
+            }
+        }
+    }
+
+    async fn open(&self, opts: &Options, tuning: Tuning) -> io::Result<Connection> {
+        let stream_opts = StreamOptions {
+            buffer_size: match opts.buffer_size {
+                0 => DEFAULT_BUFFER_SIZE,
+                n => n,
+            },
+            inline_size: match tuning {
+                Tuning::Latency => Some(opts.inline_size),
+                Tuning::Bandwidth => Some(0),
+                Tuning::Custom => None,
+            },
+            keepalive: (opts.keepalive != 0).then_some(opts.keepalive),
+        };
+        match self {
+            Peer::Server(listener) => listener.accept(&stream_opts).await,
+            Peer::Client { dst, src } => {
+                transport::connect(opts.backend, *dst, *src, &stream_opts).await
+            }
+        }
+    }
+
+    fn is_client(&self) -> bool {
+        matches!(self, Peer::Client { .. })
+    }
+}
+
+/// One connection: opens it, runs `tests` on it in order, printing a line for each, and shuts
+/// it down.
+async fn session(
+    peer: &Peer,
+    opts: &Options,
+    tuning: Tuning,
+    xfers: &mut Transfers,
+    tests: &[Test],
+) -> io::Result<()> {
+    // The one place that knows the concrete stream types; everything below is generic.
+    match peer.open(opts, tuning).await? {
+        Connection::Tcp(mut stream) => run_tests(&mut stream, peer.is_client(), xfers, tests).await,
+        Connection::Rdma(mut stream) => {
+            run_tests(&mut stream, peer.is_client(), xfers, tests).await
+        }
+    }
+}
+
+async fn run_tests<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    client: bool,
+    xfers: &mut Transfers,
+    tests: &[Test],
+) -> io::Result<()> {
+    for test in tests {
+        let elapsed = if client {
+            run_client(stream, xfers, test).await?
+        } else {
+            run_server(stream, xfers, test).await?
+        };
+        println!("{}", report::perf_line(test, elapsed));
+    }
+    // rstream.c shuts down both directions and closes, ignoring the result: all data has been
+    // read by then, and a peer that closed first makes the shutdown fail harmlessly.
+    let _ = stream.shutdown().await;
+    Ok(())
+}
+
+async fn run(opts: &Options) -> io::Result<()> {
+    let buffer_size = if opts.custom {
+        opts.size
+    } else {
+        plan::largest_default_size()
+    };
+    // Created once: the -T v counters continue from one connection to the next.
+    let mut xfers = Transfers::new(opts.mode, opts.verify, buffer_size)?;
+    let peer = Peer::new(opts).await?;
+    println!("{}", report::header());
+    if opts.custom {
+        let test = Test::custom(opts.size, opts.count, opts.iterations);
+        session(&peer, opts, Tuning::Custom, &mut xfers, &[test]).await
+    } else {
+        let sizes = plan::test_sizes(opts.all_sizes);
+        let latency: Vec<_> = sizes.iter().map(|&s| Test::latency(s)).collect();
+        session(&peer, opts, Tuning::Latency, &mut xfers, &latency).await?;
+        let bandwidth: Vec<_> = sizes.iter().map(|&s| Test::bandwidth(s)).collect();
+        session(&peer, opts, Tuning::Bandwidth, &mut xfers, &bandwidth).await
+    }
+}
+
+#[rdma_async::main]
+async fn main() -> ExitCode {
+    let opts = match options::parse(std::env::args().skip(1)) {
+        Ok(opts) => opts,
+        Err(msg) => {
+            eprintln!("rstream: {msg}");
+            // Like rstream.c: usage on stdout, status 1.
+            println!("{}", options::USAGE);
+            return ExitCode::from(1);
+        }
+    };
+    for note in &opts.notes {
+        eprintln!("rstream: {note}");
+    }
+    match run(&opts).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rstream: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

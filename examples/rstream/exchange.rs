@@ -1,0 +1,225 @@
+//! The byte exchange of one test, generic over the stream so that kernel TCP and RDMA streams
+//! run the very same code.
+//!
+//! Per test: a 16-byte sync, client to server and then server to client, so that both clocks
+//! start once the peer is there; then `iterations` times the client sends `count` transfers of
+//! `size` bytes and the server receives them all, and the server sends as many back and the
+//! client receives them. Sends are `count` separate calls, as in rstream.c, not one big write.
+//!
+//! How a transfer waits (`-T b` / `-T n`):
+//!
+//! - [`IoMode::Blocking`]: `write_all`/`read_exact` awaited, the task sleeps until the stream is
+//!   ready, like a blocking `send`/`recv(MSG_WAITALL)`.
+//! - [`IoMode::NonBlocking`]: a busy loop, like rstream.c's `MSG_DONTWAIT` calls retried on
+//!   `EAGAIN`. Each attempt polls the stream once with a waker that does nothing (a try-call
+//!   that never parks); when it makes no progress the task calls `yield_now`, which lets Tokio
+//!   poll its reactor without blocking and run other tasks, and tries again. The thread never
+//!   sleeps, which is what makes the C tool's default mode fast and CPU-hungry.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
+
+use crate::pattern::Pattern;
+use crate::plan::Test;
+
+/// The sync message size, fixed by rstream.c.
+const SYNC_SIZE: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IoMode {
+    Blocking,
+    NonBlocking,
+}
+
+/// What outlives a connection: the buffer, the I/O mode and the `-T v` counters (which carry on
+/// across connections, see [`Pattern`]).
+#[derive(Debug)]
+pub struct Transfers {
+    mode: IoMode,
+    pattern: Option<Pattern>,
+    /// One buffer for both directions, as in rstream.c: without `-T v` its contents are
+    /// whatever was last received.
+    buf: Vec<u8>,
+}
+
+impl Transfers {
+    /// Room for transfers of up to `max_size` bytes (and for the sync).
+    pub fn new(mode: IoMode, verify: bool, max_size: usize) -> io::Result<Self> {
+        let len = max_size.max(SYNC_SIZE);
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::OutOfMemory,
+                format!("buffer of {len} bytes: {e}"),
+            )
+        })?;
+        buf.resize(len, 0);
+        Ok(Transfers {
+            mode,
+            pattern: verify.then(Pattern::default),
+            buf,
+        })
+    }
+
+    async fn send<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+        let data = &mut self.buf[..size];
+        if let Some(pattern) = &mut self.pattern {
+            pattern.fill(data);
+        }
+        match self.mode {
+            IoMode::Blocking => write_awaiting(stream, data).await,
+            IoMode::NonBlocking => write_spinning(stream, data).await,
+        }
+        .map_err(|e| context("send", e))
+    }
+
+    async fn recv<S: AsyncRead + Unpin>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+        let data = &mut self.buf[..size];
+        match self.mode {
+            IoMode::Blocking => stream.read_exact(data).await.map(drop),
+            IoMode::NonBlocking => read_spinning(stream, data).await,
+        }
+        .map_err(|e| match e.kind() {
+            // Says more than read_exact's "early eof".
+            io::ErrorKind::UnexpectedEof => {
+                io::Error::new(e.kind(), "recv: connection closed by the peer")
+            }
+            _ => context("recv", e),
+        })?;
+        // Verified once the whole transfer is in, like rstream.c.
+        match &mut self.pattern {
+            Some(pattern) => pattern.check(&self.buf[..size]),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn write_awaiting<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) -> io::Result<()> {
+    stream.write_all(data).await?;
+    // Hand the bytes to the transport now: a stream that batches writes must not hold back a
+    // transfer the peer is waiting for. A no-op on TCP.
+    stream.flush().await
+}
+
+async fn write_spinning<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) -> io::Result<()> {
+    let mut sent = 0;
+    while sent < data.len() {
+        let n = spin(|cx| Pin::new(&mut *stream).poll_write(cx, &data[sent..])).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        sent += n;
+    }
+    spin(|cx| Pin::new(&mut *stream).poll_flush(cx)).await
+}
+
+async fn read_spinning<S: AsyncRead + Unpin>(stream: &mut S, data: &mut [u8]) -> io::Result<()> {
+    let mut received = 0;
+    while received < data.len() {
+        let n = spin(|cx| {
+            let mut buf = ReadBuf::new(&mut data[received..]);
+            std::task::ready!(Pin::new(&mut *stream).poll_read(cx, &mut buf))?;
+            Poll::Ready(Ok(buf.filled().len()))
+        })
+        .await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        received += n;
+    }
+    Ok(())
+}
+
+/// Polls `attempt` once per round with a waker that does nothing, so a `Pending` is just "no
+/// progress" (`EAGAIN`) and nothing waits for a wake-up; between rounds the task yields.
+async fn spin<T>(
+    mut attempt: impl FnMut(&mut Context<'_>) -> Poll<io::Result<T>>,
+) -> io::Result<T> {
+    loop {
+        if let Poll::Ready(result) = attempt(&mut Context::from_waker(Waker::noop())) {
+            return result;
+        }
+        tokio::task::yield_now().await;
+    }
+}
+
+fn context(what: &str, e: io::Error) -> io::Error {
+    io::Error::new(e.kind(), format!("{what}: {e}"))
+}
+
+/// The client side of one test; returns the time from the end of the sync to the last byte
+/// received.
+pub async fn run_client<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    xfers: &mut Transfers,
+    test: &Test,
+) -> io::Result<Duration> {
+    xfers.send(stream, SYNC_SIZE).await?;
+    xfers.recv(stream, SYNC_SIZE).await?;
+    let start = Instant::now();
+    for _ in 0..test.iterations {
+        for _ in 0..test.count {
+            xfers.send(stream, test.size).await?;
+        }
+        for _ in 0..test.count {
+            xfers.recv(stream, test.size).await?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+/// The server side of one test, the mirror image of [`run_client`].
+pub async fn run_server<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &mut S,
+    xfers: &mut Transfers,
+    test: &Test,
+) -> io::Result<Duration> {
+    xfers.recv(stream, SYNC_SIZE).await?;
+    xfers.send(stream, SYNC_SIZE).await?;
+    let start = Instant::now();
+    for _ in 0..test.iterations {
+        for _ in 0..test.count {
+            xfers.recv(stream, test.size).await?;
+        }
+        for _ in 0..test.count {
+            xfers.send(stream, test.size).await?;
+        }
+    }
+    Ok(start.elapsed())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Both modes, with verification, over an in-memory pipe smaller than a transfer so that
+    /// every transfer needs several partial reads and writes.
+    #[tokio::test]
+    async fn client_and_server_agree() {
+        for mode in [IoMode::Blocking, IoMode::NonBlocking] {
+            let (mut a, mut b) = tokio::io::duplex(1000);
+            let test = Test::custom(4096, 3, 2);
+            let server_test = test.clone();
+            let server = tokio::spawn(async move {
+                let mut xfers = Transfers::new(mode, true, 4096).unwrap();
+                run_server(&mut b, &mut xfers, &server_test).await
+            });
+            let mut xfers = Transfers::new(mode, true, 4096).unwrap();
+            run_client(&mut a, &mut xfers, &test).await.unwrap();
+            server.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn verification_catches_a_wrong_byte() {
+        let (mut a, mut b) = tokio::io::duplex(1000);
+        let mut xfers = Transfers::new(IoMode::Blocking, true, 64).unwrap();
+        a.write_all(&[0, 1, 2, 7]).await.unwrap();
+        let err = xfers.recv(&mut b, 4).await.unwrap_err();
+        assert!(err.to_string().contains("byte 3"), "{err}");
+    }
+}

@@ -1,0 +1,173 @@
+//! The `TcpStream`-like API of `RStream` on a real RDMA device: halves, peek, try_*, readiness,
+//! the incoming stream, full-duplex streaming.
+
+use std::io;
+use std::net::SocketAddr;
+
+use rdma_async::stream::{RListener, RStream, RStreamOptions};
+use rdma_async_tests::{guard, test_ip};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+async fn pair(options: RStreamOptions) -> (RStream, RStream) {
+    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), options.clone())
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (accepted, connected) = guard("connect", async {
+        tokio::join!(listener.accept(), RStream::connect_with(addr, &options))
+    })
+    .await;
+    (accepted.unwrap().0, connected.unwrap())
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn streams_and_halves_fit_in_any_task() {
+    fn check<T: Send + Sync + Unpin + 'static>() {}
+    check::<RStream>();
+    check::<RListener>();
+    check::<rdma_async::stream::OwnedReadHalf>();
+    check::<rdma_async::stream::OwnedWriteHalf>();
+    fn check_stream<T: Send + Unpin + 'static>() {}
+    check_stream::<rdma_async::stream::Incoming>();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_duplex_streaming_both_ways_at_once() {
+    const BYTES: usize = 8 << 20;
+    let options = RStreamOptions::new()
+        .send_buffer_size(32768)
+        .recv_buffer_size(32768);
+    let (a, b) = pair(options).await;
+    let run = |stream: RStream, seed: u8, peer_seed: u8| async move {
+        let (mut rd, mut wr) = stream.into_split();
+        let writer = tokio::spawn(async move {
+            wr.write_all(&pattern(seed, BYTES)).await?;
+            wr.shutdown().await
+        });
+        let mut got = Vec::with_capacity(BYTES);
+        rd.read_to_end(&mut got).await?;
+        writer.await.expect("writer task")?;
+        assert!(
+            got == pattern(peer_seed, BYTES),
+            "received {} bytes, not the peer's data",
+            got.len()
+        );
+        io::Result::Ok(())
+    };
+    let (x, y) = guard("full duplex", async {
+        tokio::join!(run(a, 1, 2), run(b, 2, 1))
+    })
+    .await;
+    x.unwrap();
+    y.unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_owned_write_half_shuts_down_writing() {
+    let (server, client) = pair(RStreamOptions::new()).await;
+    let (mut rd, wr) = client.into_split();
+    let mut server = server;
+    let server_task = tokio::spawn(async move {
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await?; // EOF once the write half is dropped
+        server.write_all(b"still talking").await?;
+        server.shutdown().await?;
+        io::Result::Ok(got)
+    });
+    let mut wr = wr;
+    wr.write_all(b"bye").await.unwrap();
+    drop(wr);
+    let mut reply = Vec::new();
+    guard("reply", rd.read_to_end(&mut reply)).await.unwrap();
+    assert_eq!(reply, b"still talking");
+    assert_eq!(guard("server", server_task).await.unwrap().unwrap(), b"bye");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn halves_reunite_and_forget() {
+    let (_server, client) = pair(RStreamOptions::new()).await;
+    let (rd, wr) = client.into_split();
+    let (_, other) = pair(RStreamOptions::new()).await;
+    let (_, other_wr) = other.into_split();
+    let err = rd
+        .reunite(other_wr)
+        .expect_err("halves of different streams");
+    let (rd, other_wr) = (err.0, err.1);
+    other_wr.forget();
+    let stream = rd.reunite(wr).expect("halves of the same stream");
+    assert!(stream.peer_addr().is_ok());
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peek_try_read_try_write_and_readiness() {
+    let (mut server, mut client) = pair(RStreamOptions::new()).await;
+    let mut buf = [0u8; 64];
+    let err = client.try_read(&mut buf).expect_err("nothing to read yet");
+    assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
+
+    guard("writable", server.writable()).await.unwrap();
+    let n = server.try_write(b"peekaboo").unwrap();
+    assert_eq!(n, 8);
+    guard("readable", client.readable()).await.unwrap();
+    let n = guard("peek", client.peek(&mut buf)).await.unwrap();
+    assert_eq!(&buf[..n], b"peekaboo", "peek sees the data");
+    let n = client.try_read(&mut buf).unwrap();
+    assert_eq!(&buf[..n], b"peekaboo", "peek did not consume it");
+    assert_eq!(
+        client.try_read(&mut buf).unwrap_err().kind(),
+        io::ErrorKind::WouldBlock
+    );
+
+    let (mut rd, mut wr) = client.split();
+    wr.write_all(b"via halves").await.unwrap();
+    let mut echo = [0u8; 10];
+    server.read_exact(&mut echo).await.unwrap();
+    server.write_all(&echo).await.unwrap();
+    let mut back = [0u8; 10];
+    guard("read half", rd.read_exact(&mut back)).await.unwrap();
+    assert_eq!(&back, b"via halves");
+    assert!(rd.peer_addr().is_ok() && wr.local_addr().is_ok());
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incoming_yields_connections() {
+    use std::future::poll_fn;
+    use std::pin::Pin;
+
+    use futures_core::Stream;
+
+    let listener = RListener::bind(SocketAddr::new(test_ip(), 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut incoming = listener.into_incoming();
+    let clients = tokio::spawn(async move {
+        for i in 0..3u8 {
+            let mut s = RStream::connect(addr).await?;
+            s.write_all(&[i]).await?;
+            s.shutdown().await?;
+        }
+        io::Result::Ok(())
+    });
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let next = guard(
+            "next connection",
+            poll_fn(|cx| Pin::new(&mut incoming).poll_next(cx)),
+        )
+        .await;
+        let mut stream = next.expect("the stream goes on").expect("a connection");
+        let mut byte = Vec::new();
+        stream.read_to_end(&mut byte).await.unwrap();
+        seen.extend(byte);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, vec![0, 1, 2]);
+    guard("clients", clients).await.unwrap().unwrap();
+}
