@@ -235,6 +235,9 @@ async fn our_client_with_c_rstream_server() {
         (17481u16, 64usize, 100usize, 10usize, &[][..]),
         (17482, 65536, 20, 5, &[][..]),
         (17483, 4096, 50, 4, &["-B", "4096"][..]),
+        (17485, 1 << 20, 4, 2, &[][..]),
+        // Non-blocking C side (busy-polling MSG_DONTWAIT calls; the last of -T b/n wins).
+        (17486, 4096, 100, 2, &["-T", "n"][..]),
     ] {
         let mut args = custom_run_args(size, xfers, iters, extra);
         args.extend([
@@ -266,6 +269,8 @@ async fn c_rstream_client_with_our_server() {
         (64usize, 100usize, 10usize, &[][..]),
         (65536, 20, 5, &[][..]),
         (4096, 50, 4, &["-B", "4096"][..]),
+        (1 << 20, 4, 2, &[][..]),
+        (4096, 100, 2, &["-T", "n"][..]),
     ] {
         let listener = rlistener(RStreamOptions::new()).await;
         let addr = listener.local_addr().unwrap();

@@ -32,6 +32,16 @@ impl WriteCall {
         }
     }
 
+    /// A call that sends the largest chunks at once (64 KiB, still clipped to the target
+    /// buffer and the send ring). The ramp is local to the sender: a receiver accepts any chunk
+    /// that fits the buffer it granted, so skipping it stays compatible with C, and needs up to
+    /// six times fewer work requests (and completions) per 64 KiB written.
+    pub(crate) const fn largest() -> Self {
+        Self {
+            olen: RS_MAX_TRANSFER,
+        }
+    }
+
     /// C's ramp: `olen` if more than `olen` is left (and double `olen`), else everything left.
     /// The doubling happens even when the chunk is later clipped, as in C.
     fn take(&mut self, remaining: usize) -> u32 {
@@ -275,6 +285,15 @@ impl Sender {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn largest_call_starts_at_the_maximum_transfer() {
+        let mut call = WriteCall::largest();
+        assert_eq!(call.take(100_000), RS_MAX_TRANSFER);
+        assert_eq!(call.take(34_464), 34_464);
+        let mut ramp = WriteCall::new();
+        assert_eq!(ramp.take(100_000), RS_OLAP_START_SIZE);
+    }
+
     use super::*;
 
     fn sender(config: Config, half: u32) -> Sender {

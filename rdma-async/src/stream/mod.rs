@@ -6,8 +6,10 @@ mod listener;
 mod options;
 mod rstream;
 mod split;
+mod stats;
 
 pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;
 pub use rstream::RStream;
 pub use split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, ReuniteError, WriteHalf};
+pub use stats::StreamStats;

@@ -13,6 +13,7 @@ use tokio::net::ToSocketAddrs;
 use super::driver::{self, Driver};
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
+use super::stats::StreamStats;
 use crate::cm::handshake::{self, Dial};
 use crate::cm::resolve::connect_each;
 use crate::cm::{ConnParams, ConnectRequest};
@@ -298,6 +299,11 @@ impl RStream {
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
         self.inner.driver().try_write(&slices)
+    }
+
+    /// What the stream did on the device so far (work requests, completions, bytes).
+    pub fn stats(&self) -> StreamStats {
+        self.inner.driver().stats()
     }
 
     /// Splits the stream into a reading and a writing half that borrow it (no cost, no lock).

@@ -1,0 +1,22 @@
+//! What a stream did on the device: work requests, completions, bytes.
+
+/// Counters of one [`RStream`](super::RStream), for comparing its cost per message with other
+/// transports (work requests and completions per message decide small-message performance).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamStats {
+    /// RDMA writes with immediate that carried application data.
+    pub data_writes: u64,
+    /// Control messages posted: credit and buffer grants, SHUTDOWN, DISCONNECT, keepalives.
+    pub control_writes: u64,
+    /// `ibv_post_send` calls (one per work request: the rings post no chains).
+    pub post_send_calls: u64,
+    /// Signaled send completions polled (every send is signaled, as in rsockets).
+    pub send_completions: u64,
+    /// Receive completions polled (one per data or control message from the peer).
+    pub recv_completions: u64,
+    /// Application bytes written to the device.
+    pub bytes_sent: u64,
+    /// Application bytes handed to readers.
+    pub bytes_received: u64,
+}
