@@ -171,3 +171,28 @@ async fn incoming_yields_connections() {
     assert_eq!(seen, vec![0, 1, 2]);
     guard("clients", clients).await.unwrap().unwrap();
 }
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connects_over_ipv6() {
+    let listener = RListener::bind(SocketAddr::new(rdma_async_tests::test_ip6(), 0))
+        .await
+        .unwrap();
+    let addr = listener.local_addr().unwrap();
+    assert!(addr.is_ipv6());
+    let server = tokio::spawn(async move {
+        let (mut stream, peer) = listener.accept().await?;
+        assert!(peer.is_ipv6());
+        let mut buf = [0u8; 4];
+        stream.read_exact(&mut buf).await?;
+        stream.write_all(&buf).await?;
+        io::Result::Ok(())
+    });
+    let mut client = guard("connect over IPv6", RStream::connect(addr))
+        .await
+        .unwrap();
+    client.write_all(b"six!").await.unwrap();
+    let mut back = [0u8; 4];
+    guard("echo", client.read_exact(&mut back)).await.unwrap();
+    assert_eq!(&back, b"six!");
+    guard("server", server).await.unwrap().unwrap();
+}

@@ -37,13 +37,21 @@ fn rsocket_params() -> ConnParams {
 /// data with RDMA writes with immediate, and speaks rsockets' wire protocol (version 1), so its
 /// peer may be a C program using librdmacm's rsockets (`rstream`, or any program under
 /// `librspreload`). Writes are posted at once (there is no Nagle-like delay);
-/// [`AsyncWriteExt::shutdown`](tokio::io::AsyncWriteExt::shutdown) sends rsockets' SHUTDOWN,
+/// shutting down ([`AsyncWrite::poll_shutdown`], `AsyncWriteExt::shutdown`) sends rsockets' SHUTDOWN,
 /// so the peer reads EOF and may still write back; dropping the stream sends DISCONNECT after
 /// the data written before it (for up to 10 s) and tears the connection down.
 ///
 /// Errors follow `TcpStream`: a read after the peer closed returns EOF (`Ok(0)`), a write then
 /// fails with `BrokenPipe`, a dead peer ends both with an error (`TimedOut` or
 /// `ConnectionReset`).
+///
+/// # Cancel safety
+///
+/// As with `TcpStream`, `read` and `write` (and `peek`, `readable`, `writable`) are cancel
+/// safe: a read takes bytes from the ring only when it returns them, and a write posts exactly
+/// the bytes it reports, so dropping a pending future loses nothing. `read_exact` and
+/// `write_all` are not (they are several calls). The rings belong to the stream, never to a
+/// future, and are freed only after the queue pair is destroyed.
 #[derive(Debug)]
 pub struct RStream {
     inner: Arc<Inner>,
