@@ -5,21 +5,16 @@
 //! The C rsockets and TCP comparison of the same exchange is `scripts/compare`.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::RoundTrips;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use hdrhistogram::Histogram;
 use rdma_async::stream::{RListener, RStream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Mutex as AsyncMutex;
-
-fn addr() -> std::net::IpAddr {
-    std::env::var("RDMA_ASYNC_TEST_ADDR")
-        .expect("RDMA_ASYNC_TEST_ADDR: run through scripts/bench")
-        .parse()
-        .expect("RDMA_ASYNC_TEST_ADDR is an IP address")
-}
 
 /// A connected client whose peer runs `serve` on the same runtime.
 fn connect<F, Fut>(rt: &tokio::runtime::Runtime, serve: F) -> Arc<AsyncMutex<RStream>>
@@ -28,7 +23,7 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     rt.block_on(async {
-        let listener = RListener::bind(SocketAddr::new(addr(), 0))
+        let listener = RListener::bind(SocketAddr::new(common::addr(), 0))
             .await
             .expect("bind");
         let target = listener.local_addr().expect("local address");
@@ -43,11 +38,7 @@ where
 }
 
 fn ping_pong(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     let client = connect(&rt, |mut server| async move {
         let mut buf = vec![0u8; 65536];
         // Echo each message back: the client always sends one whole message and waits.
@@ -60,9 +51,7 @@ fn ping_pong(c: &mut Criterion) {
     let mut group = c.benchmark_group("rstream_ping_pong");
     group.measurement_time(Duration::from_secs(5));
     for size in [64usize, 4096, 65536] {
-        let hist = Arc::new(Mutex::new(
-            Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
-        ));
+        let hist = RoundTrips::new();
         group.throughput(Throughput::Bytes(2 * size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
             b.to_async(&rt).iter_custom(|iters| {
@@ -80,32 +69,18 @@ fn ping_pong(c: &mut Criterion) {
                         total += took;
                         samples.push(took.as_nanos() as u64);
                     }
-                    let mut h = hist.lock().unwrap();
-                    for s in samples {
-                        h.saturating_record(s);
-                    }
+                    hist.record(&samples);
                     total
                 }
             });
         });
-        let h = hist.lock().unwrap();
-        println!(
-            "rstream_ping_pong/{size}: round trips={} p50={:.1}us p99={:.1}us max={:.1}us",
-            h.len(),
-            h.value_at_quantile(0.5) as f64 / 1e3,
-            h.value_at_quantile(0.99) as f64 / 1e3,
-            h.max() as f64 / 1e3
-        );
+        hist.report(&format!("rstream_ping_pong/{size}"));
     }
     group.finish();
 }
 
 fn streaming(c: &mut Criterion) {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = common::runtime();
     // The peer drains everything and answers one byte per `size` bytes, so each timed batch
     // ends when the last write has been received.
     let client = connect(&rt, |mut server| async move {

@@ -510,3 +510,40 @@ async fn killed_peer_ends_reads_and_writes_without_hanging() {
         "{write_err}"
     );
 }
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn protocol_violating_immediates_end_the_connection_with_an_error() {
+    // RS_OP_CTRL (op 7) with an unknown code; RS_OP_DATA claiming bytes that never arrived.
+    for (what, imm) in [
+        ("unknown control code", (7u32 << 29) | 99),
+        ("data that did not land", 4096u32),
+    ] {
+        let listener = rlistener(RStreamOptions::new()).await;
+        let addr = listener.local_addr().unwrap();
+        let (accepted, connected) = guard("connect", async {
+            tokio::join!(listener.accept(), RStream::connect(addr))
+        })
+        .await;
+        let (bad_peer, mut victim) = (accepted.unwrap().0, connected.unwrap());
+        bad_peer.__send_raw_immediate(imm).unwrap();
+        let mut buf = [0u8; 64];
+        let err = guard(
+            "read from a peer that broke the protocol",
+            victim.read(&mut buf),
+        )
+        .await
+        .expect_err(what);
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{what}: {err}");
+        let err = victim
+            .write_all(b"after")
+            .await
+            .expect_err("writes fail too");
+        assert!(
+            matches!(
+                err.kind(),
+                io::ErrorKind::InvalidData | io::ErrorKind::BrokenPipe
+            ),
+            "{what}: {err}"
+        );
+    }
+}

@@ -568,6 +568,23 @@ impl Driver {
         }
     }
 
+    /// Posts a 0-byte RDMA write with immediate `imm`, outside the protocol (unsignaled, so the
+    /// core never sees a completion for it): how tests play a peer that breaks the protocol.
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn send_raw_immediate(&self, imm: u32) -> io::Result<()> {
+        let _state = self.lock();
+        self.qp.post(&WorkRequest {
+            wr_id: 0,
+            opcode: Opcode::Write {
+                remote_addr: 0,
+                rkey: 0,
+                imm: Some(imm),
+            },
+            payload: Payload::Empty,
+            signaled: false,
+        })
+    }
+
     pub(super) fn stats(&self) -> StreamStats {
         self.lock().stats
     }

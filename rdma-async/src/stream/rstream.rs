@@ -309,6 +309,18 @@ impl RStream {
         self.inner.driver().try_write(&slices)
     }
 
+    /// Test hook: sends the raw immediate word `imm` to the peer outside the protocol, to
+    /// check how a peer handles a protocol violation. It breaks the stream.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_post_send`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __send_raw_immediate(&self, imm: u32) -> io::Result<()> {
+        self.inner.driver().send_raw_immediate(imm)
+    }
+
     /// What the stream did on the device so far (work requests, completions, bytes).
     pub fn stats(&self) -> StreamStats {
         self.inner.driver().stats()

@@ -1,0 +1,54 @@
+//! What the benchmarks share: the device address, the runtime, and round-trip histograms.
+
+use std::sync::{Arc, Mutex};
+
+use hdrhistogram::Histogram;
+
+/// The address of the RDMA netdev, as `scripts/softroce` exports it.
+pub fn addr() -> std::net::IpAddr {
+    std::env::var("RDMA_ASYNC_TEST_ADDR")
+        .expect("RDMA_ASYNC_TEST_ADDR: run through scripts/bench")
+        .parse()
+        .expect("RDMA_ASYNC_TEST_ADDR is an IP address")
+}
+
+/// The runtime both ends of a benchmark run on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Round-trip times in nanoseconds, shared by the iterations of one benchmark.
+#[derive(Clone)]
+pub struct RoundTrips(Arc<Mutex<Histogram<u64>>>);
+
+impl RoundTrips {
+    pub fn new() -> Self {
+        RoundTrips(Arc::new(Mutex::new(
+            Histogram::new_with_bounds(1, 60_000_000_000, 3).expect("histogram bounds"),
+        )))
+    }
+
+    /// Records a batch (outside the timed loop, so the lock is not measured).
+    pub fn record(&self, samples: &[u64]) {
+        let mut h = self.0.lock().expect("histogram lock");
+        for &s in samples {
+            h.saturating_record(s);
+        }
+    }
+
+    /// Prints count, p50, p99 and max.
+    pub fn report(&self, name: &str) {
+        let h = self.0.lock().expect("histogram lock");
+        println!(
+            "{name}: round trips={} p50={:.1}us p99={:.1}us max={:.1}us",
+            h.len(),
+            h.value_at_quantile(0.5) as f64 / 1e3,
+            h.value_at_quantile(0.99) as f64 / 1e3,
+            h.max() as f64 / 1e3
+        );
+    }
+}
