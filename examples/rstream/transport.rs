@@ -180,8 +180,7 @@ fn warn(what: &str, result: io::Result<()>) {
 //
 // The listener is the connection-management one, so that each accepted stream gets the options
 // of its connection (rstream sets inline 64 on the default run's latency connection and 0 on its
-// bandwidth connection, on the listener, before each accept). `opts.keepalive` has no
-// counterpart in RStream yet and is ignored.
+// bandwidth connection, on the listener, before each accept). `-k` maps to RStream's keepalive.
 // ---------------------------------------------------------------------------------------------
 
 pub type RdmaListener = rdma_async::cm::CmListener;
@@ -195,6 +194,9 @@ fn rdma_options(opts: &StreamOptions) -> rdma_async::stream::RStreamOptions {
         .recv_buffer_size(ring);
     if let Some(inline) = opts.inline_size {
         options = options.inline_size(u32::try_from(inline).unwrap_or(u32::MAX));
+    }
+    if let Some(seconds) = opts.keepalive {
+        options = options.keepalive(Duration::from_secs(u64::from(seconds)));
     }
     options
 }

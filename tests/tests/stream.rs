@@ -547,3 +547,36 @@ async fn protocol_violating_immediates_end_the_connection_with_an_error() {
         );
     }
 }
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keepalives_go_out_and_the_peer_ignores_them() {
+    use std::time::Duration;
+
+    let listener = rlistener(RStreamOptions::new()).await;
+    let addr = listener.local_addr().unwrap();
+    let options = RStreamOptions::new().keepalive(Duration::from_millis(20));
+    let (accepted, connected) = guard("connect", async {
+        tokio::join!(listener.accept(), RStream::connect_with(addr, &options))
+    })
+    .await;
+    let (mut server, mut client) = (accepted.unwrap().0, connected.unwrap());
+    let before = client.stats().control_writes;
+    // Wait for the keepalives themselves (bounded by the guard), not for a fixed time.
+    guard("keepalives", async {
+        while client.stats().control_writes < before + 3 {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    // The peer never sees them: data still flows both ways.
+    client.write_all(b"after keepalives").await.unwrap();
+    let mut buf = [0u8; 16];
+    guard("read", server.read_exact(&mut buf)).await.unwrap();
+    assert_eq!(&buf, b"after keepalives");
+    server.write_all(b"ok").await.unwrap();
+    let mut ok = [0u8; 2];
+    guard("read back", client.read_exact(&mut ok))
+        .await
+        .unwrap();
+    assert_eq!(&ok, b"ok");
+}

@@ -585,6 +585,14 @@ impl Driver {
         })
     }
 
+    /// Posts rsockets' keepalive write now. A failed transport shows up in its completion.
+    pub(super) fn send_keepalive(&self) -> io::Result<()> {
+        let mut state = self.lock();
+        state.conn.queue_keepalive();
+        self.pump(&mut state)?;
+        self.post_controls(&mut state)
+    }
+
     pub(super) fn stats(&self) -> StreamStats {
         self.lock().stats
     }

@@ -26,6 +26,7 @@ pub struct RStreamOptions {
     pub(crate) resolve_timeout: Duration,
     pub(crate) connect_timeout: Option<Duration>,
     pub(crate) bind: Option<std::net::SocketAddr>,
+    pub(crate) keepalive: Option<Duration>,
 }
 
 impl Default for RStreamOptions {
@@ -64,6 +65,7 @@ impl RStreamOptions {
             resolve_timeout: Duration::from_secs(2),
             connect_timeout: None,
             bind: None,
+            keepalive: None,
         }
     }
 
@@ -112,6 +114,14 @@ impl RStreamOptions {
     /// A bound on the whole connect, per address tried.
     pub fn connect_timeout(mut self, time: Duration) -> Self {
         self.connect_timeout = Some(time);
+        self
+    }
+
+    /// Sends rsockets' keepalive (a 0-byte RDMA write the peer's application never sees) every
+    /// `interval`, so a dead peer surfaces as an error on this side (rsockets' `SO_KEEPALIVE` with
+    /// `TCP_KEEPIDLE`).
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
         self
     }
 

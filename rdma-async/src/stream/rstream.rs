@@ -22,6 +22,27 @@ use crate::cm::{ConnParams, ConnectRequest};
 /// reaches the peer (rsockets' `rclose` waits without a bound; we do not hang a task for ever).
 const LINGER: Duration = Duration::from_secs(10);
 
+/// Posts a keepalive every `interval` while the stream lives (the task holds only a weak
+/// reference, so it ends with the stream).
+fn spawn_keepalive(driver: std::sync::Weak<Driver>, interval: Duration) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        loop {
+            ticks.tick().await;
+            let Some(driver) = driver.upgrade() else {
+                return;
+            };
+            if let Err(e) = driver.send_keepalive() {
+                tracing::debug!(error = %e, "rsocket keepalive stopped");
+                return;
+            }
+        }
+    });
+}
+
 /// rsockets' connection parameters: no RDMA reads, 7 transport and infinite RNR retries.
 fn rsocket_params() -> ConnParams {
     ConnParams::new()
@@ -157,7 +178,7 @@ impl RStream {
         driver::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
         let driver = Driver::new(parts, link)?;
         tracing::debug!(peer = %dst, "rsocket stream connected");
-        Ok(RStream::from_driver(driver))
+        Ok(RStream::from_driver(driver, options))
     }
 
     /// Accepts a connection request as a stream.
@@ -189,14 +210,16 @@ impl RStream {
             .await?;
         let driver = Driver::new(parts, link)?;
         tracing::debug!(%peer, "rsocket stream accepted");
-        Ok(RStream::from_driver(driver))
+        Ok(RStream::from_driver(driver, options))
     }
 
-    fn from_driver(driver: Driver) -> RStream {
+    fn from_driver(driver: Driver, options: &RStreamOptions) -> RStream {
+        let driver = Arc::new(driver);
+        if let Some(interval) = options.keepalive {
+            spawn_keepalive(Arc::downgrade(&driver), interval);
+        }
         RStream {
-            inner: Arc::new(Inner {
-                driver: Arc::new(driver),
-            }),
+            inner: Arc::new(Inner { driver }),
         }
     }
 
