@@ -11,6 +11,8 @@
 //! - [`device`]: the RDMA devices of this machine.
 //! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
 //!   rsockets' wire protocol.
+//! - `integration` (features `hyper`, `axum`, off by default): hyper-util's pooled client and
+//!   `axum::serve` over [`stream::RStream`] / [`stream::RListener`].
 //! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime;
 //!   `#[rdma_async::test]` skips, or with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine
 //!   has no RDMA device.
@@ -45,6 +47,8 @@ mod completion;
 pub mod device;
 pub mod endpoint;
 mod error;
+#[cfg(any(feature = "hyper", feature = "axum"))]
+pub mod integration;
 pub(crate) mod proto;
 #[cfg(test)]
 mod sim;
