@@ -1,6 +1,7 @@
 //! What the benchmarks share: the device address, the runtime, and round-trip histograms.
 
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
@@ -40,9 +41,28 @@ impl RoundTrips {
         }
     }
 
-    /// Prints count, p50, p99 and max.
+    /// Times `iters` round trips of `round_trip`, records each, and returns the total (what
+    /// criterion's `iter_custom` wants). Recording happens after the timed loop.
+    pub async fn time(&self, iters: u64, mut round_trip: impl AsyncFnMut()) -> Duration {
+        let mut samples = Vec::with_capacity(iters as usize);
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            let start = Instant::now();
+            round_trip().await;
+            let took = start.elapsed();
+            total += took;
+            samples.push(took.as_nanos() as u64);
+        }
+        self.record(&samples);
+        total
+    }
+
+    /// Prints count, p50, p99 and max (nothing when the benchmark did not run).
     pub fn report(&self, name: &str) {
         let h = self.0.lock().expect("histogram lock");
+        if h.is_empty() {
+            return; // filtered out on the command line
+        }
         println!(
             "{name}: round trips={} p50={:.1}us p99={:.1}us max={:.1}us",
             h.len(),

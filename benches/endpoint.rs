@@ -5,7 +5,7 @@
 //! Needs an RDMA device: run through `scripts/bench` (Soft-RoCE in a guest where there is none).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 mod common;
 
@@ -48,19 +48,12 @@ fn ping_pong(c: &mut Criterion) {
                 let (client, hist) = (client.clone(), hist.clone());
                 async move {
                     let msg = vec![7u8; size];
-                    let mut total = Duration::ZERO;
-                    let mut samples = Vec::with_capacity(iters as usize);
-                    for _ in 0..iters {
-                        let start = Instant::now();
+                    hist.time(iters, async || {
                         client.send(&msg).await.expect("send");
                         let back = client.recv().await.expect("recv");
-                        let took = start.elapsed();
                         assert_eq!(back.len(), size);
-                        total += took;
-                        samples.push(took.as_nanos() as u64);
-                    }
-                    hist.record(&samples);
-                    total
+                    })
+                    .await
                 }
             });
         });

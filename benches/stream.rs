@@ -59,18 +59,11 @@ fn ping_pong(c: &mut Criterion) {
                 async move {
                     let mut stream = client.lock().await;
                     let (msg, mut back) = (vec![7u8; size], vec![0u8; size]);
-                    let mut samples = Vec::with_capacity(iters as usize);
-                    let mut total = Duration::ZERO;
-                    for _ in 0..iters {
-                        let start = Instant::now();
+                    hist.time(iters, async || {
                         stream.write_all(&msg).await.expect("write");
                         stream.read_exact(&mut back).await.expect("read");
-                        let took = start.elapsed();
-                        total += took;
-                        samples.push(took.as_nanos() as u64);
-                    }
-                    hist.record(&samples);
-                    total
+                    })
+                    .await
                 }
             });
         });

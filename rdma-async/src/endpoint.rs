@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 
-use crate::cm::handshake::{self, Dial};
+use crate::cm::handshake::{self, DialOptions, dial_setters};
 use crate::cm::link::CmLink;
 use crate::cm::resolve::connect_each;
 use crate::cm::{ConnParams, ConnectRequest};
@@ -37,9 +37,7 @@ pub struct EndpointOptions {
     recv_depth: u32,
     max_inline: u32,
     busy_poll: Duration,
-    resolve_timeout: Duration,
-    connect_timeout: Option<Duration>,
-    bind: Option<SocketAddr>,
+    dial: DialOptions,
     params: ConnParams,
 }
 
@@ -51,9 +49,7 @@ impl Default for EndpointOptions {
             recv_depth: 16,
             max_inline: 64,
             busy_poll: Duration::from_micros(10),
-            resolve_timeout: Duration::from_secs(2),
-            connect_timeout: None,
-            bind: None,
+            dial: DialOptions::default(),
             params: ConnParams::default(),
         }
     }
@@ -96,23 +92,7 @@ impl EndpointOptions {
         self
     }
 
-    /// Timeout of address and of route resolution, each.
-    pub fn resolve_timeout(mut self, time: Duration) -> Self {
-        self.resolve_timeout = time;
-        self
-    }
-
-    /// A bound on the whole connect, per address tried.
-    pub fn connect_timeout(mut self, time: Duration) -> Self {
-        self.connect_timeout = Some(time);
-        self
-    }
-
-    /// The local address to connect from.
-    pub fn bind(mut self, addr: SocketAddr) -> Self {
-        self.bind = Some(addr);
-        self
-    }
+    dial_setters!();
 
     /// Connection parameters (private data, retry counts, ...) for connect or accept.
     pub fn conn_params(mut self, params: ConnParams) -> Self {
@@ -251,20 +231,17 @@ impl Endpoint {
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {
         options.check()?;
-        connect_each(addr, options.connect_timeout, |dst| {
+        connect_each(addr, options.dial.connect_timeout, |dst| {
             Self::connect_one(dst, options)
         })
         .await
     }
 
     async fn connect_one(dst: SocketAddr, options: &EndpointOptions) -> io::Result<Endpoint> {
-        let dial = Dial {
-            src: options.bind,
-            resolve_timeout: options.resolve_timeout,
-            params: options.params.clone(),
-        };
-        let (parts, link) =
-            handshake::connect(dst, &dial, |id| Ok((build(id, options)?, None))).await?;
+        let (parts, link) = handshake::connect(dst, &options.dial, &options.params, |id| {
+            Ok((build(id, options)?, None))
+        })
+        .await?;
         Ok(Self::assemble(parts, link, options))
     }
 

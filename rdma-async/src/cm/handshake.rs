@@ -18,13 +18,51 @@ use super::link::CmLink;
 use super::params::{ConnParams, MAX_CONNECT_PRIVATE_DATA};
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
 
-/// What the active side needs besides the destination.
-#[derive(Debug, Clone)]
-pub(crate) struct Dial {
-    pub(crate) src: Option<SocketAddr>,
+/// How the active side reaches a peer; every connecting type's options embed one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct DialOptions {
+    /// The local address to connect from.
+    pub(crate) bind: Option<SocketAddr>,
+    /// Timeout of address and of route resolution, each.
     pub(crate) resolve_timeout: Duration,
-    pub(crate) params: ConnParams,
+    /// A bound on the whole connect, per address tried.
+    pub(crate) connect_timeout: Option<Duration>,
 }
+
+impl Default for DialOptions {
+    fn default() -> Self {
+        DialOptions {
+            bind: None,
+            resolve_timeout: Duration::from_secs(2),
+            connect_timeout: None,
+        }
+    }
+}
+
+/// The builder methods for the [`DialOptions`] in a field named `dial`, with the same names and
+/// documentation on every options type.
+macro_rules! dial_setters {
+    () => {
+        /// Timeout of address and of route resolution, each (2 s by default).
+        pub fn resolve_timeout(mut self, time: std::time::Duration) -> Self {
+            self.dial.resolve_timeout = time;
+            self
+        }
+
+        /// A bound on the whole connect, per address tried (none by default).
+        pub fn connect_timeout(mut self, time: std::time::Duration) -> Self {
+            self.dial.connect_timeout = Some(time);
+            self
+        }
+
+        /// The local address to connect from.
+        pub fn bind(mut self, addr: std::net::SocketAddr) -> Self {
+            self.dial.bind = Some(addr);
+            self
+        }
+    };
+}
+pub(crate) use dial_setters;
 
 /// Waits for `wanted`, skipping informational events; any other event fails the step.
 pub(super) async fn expect(
@@ -51,20 +89,21 @@ fn timeout_ms(d: Duration) -> i32 {
 
 /// Resolves, builds the queue pair with `build`, connects, and returns once established.
 /// `build` may return the private data to send (it can describe what it just registered);
-/// otherwise `dial.params`' private data goes out.
+/// otherwise `params`' private data goes out.
 pub(crate) async fn connect<R>(
     dst: SocketAddr,
-    dial: &Dial,
+    dial: &DialOptions,
+    params: &ConnParams,
     build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
 ) -> io::Result<(R, CmLink)> {
-    let mut raw_params = dial.params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+    let mut raw_params = params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
     let channel = Arc::new(EventChannel::new()?);
     let events = CmEvents::new(channel.clone())?;
     let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
     let ms = timeout_ms(dial.resolve_timeout);
     let peer = Some(dst);
 
-    id.resolve_addr(dial.src, dst, ms)?;
+    id.resolve_addr(dial.bind, dst, ms)?;
     expect(
         &events,
         ev::RDMA_CM_EVENT_ADDR_RESOLVED,
@@ -83,8 +122,7 @@ pub(crate) async fn connect<R>(
 
     let (resources, private_data) = build(&id)?;
     if let Some(data) = private_data {
-        raw_params = dial
-            .params
+        raw_params = params
             .clone()
             .private_data(data)
             .to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;

@@ -3,6 +3,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::cm::handshake::{DialOptions, dial_setters};
 use crate::proto::Config;
 
 /// Where rsockets reads its per-host defaults (one integer per file).
@@ -23,9 +24,7 @@ pub struct RStreamOptions {
     pub(crate) rq_size: u32,
     pub(crate) inline_size: u32,
     pub(crate) busy_poll: Duration,
-    pub(crate) resolve_timeout: Duration,
-    pub(crate) connect_timeout: Option<Duration>,
-    pub(crate) bind: Option<std::net::SocketAddr>,
+    pub(crate) dial: DialOptions,
     pub(crate) keepalive: Option<Duration>,
 }
 
@@ -62,9 +61,7 @@ impl RStreamOptions {
             rq_size: num("rqsize_default", base.rq_size()),
             inline_size: num("inline_default", base.inline_size()),
             busy_poll: Duration::from_micros(read_number(dir, "polling_time").unwrap_or(10)),
-            resolve_timeout: Duration::from_secs(2),
-            connect_timeout: None,
-            bind: None,
+            dial: DialOptions::default(),
             keepalive: None,
         }
     }
@@ -105,29 +102,13 @@ impl RStreamOptions {
         self
     }
 
-    /// Timeout of address and of route resolution, each.
-    pub fn resolve_timeout(mut self, time: Duration) -> Self {
-        self.resolve_timeout = time;
-        self
-    }
-
-    /// A bound on the whole connect, per address tried.
-    pub fn connect_timeout(mut self, time: Duration) -> Self {
-        self.connect_timeout = Some(time);
-        self
-    }
+    dial_setters!();
 
     /// Sends rsockets' keepalive (a 0-byte RDMA write the peer's application never sees) every
     /// `interval`, so a dead peer surfaces as an error on this side (rsockets' `SO_KEEPALIVE` with
     /// `TCP_KEEPIDLE`).
     pub fn keepalive(mut self, interval: Duration) -> Self {
         self.keepalive = Some(interval);
-        self
-    }
-
-    /// The local address to connect from.
-    pub fn bind(mut self, addr: std::net::SocketAddr) -> Self {
-        self.bind = Some(addr);
         self
     }
 

@@ -14,7 +14,7 @@ use super::driver::{self, Driver};
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
-use crate::cm::handshake::{self, Dial};
+use crate::cm::handshake;
 use crate::cm::resolve::connect_each;
 use crate::cm::{ConnParams, ConnectRequest};
 
@@ -161,20 +161,17 @@ impl RStream {
         addr: A,
         options: &RStreamOptions,
     ) -> io::Result<RStream> {
-        connect_each(addr, options.connect_timeout, |dst| {
+        connect_each(addr, options.dial.connect_timeout, |dst| {
             Self::connect_one(dst, options)
         })
         .await
     }
 
     async fn connect_one(dst: SocketAddr, options: &RStreamOptions) -> io::Result<RStream> {
-        let dial = Dial {
-            src: options.bind,
-            resolve_timeout: options.resolve_timeout,
-            params: rsocket_params(),
-        };
-        let (mut parts, link) =
-            handshake::connect(dst, &dial, |id| driver::build(id, options)).await?;
+        let (mut parts, link) = handshake::connect(dst, &options.dial, &rsocket_params(), |id| {
+            driver::build(id, options)
+        })
+        .await?;
         driver::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
         let driver = Driver::new(parts, link)?;
         tracing::debug!(peer = %dst, "rsocket stream connected");
