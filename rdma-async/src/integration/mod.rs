@@ -7,8 +7,13 @@
 //!   `serve_connection`.
 //! - feature `axum`: `axum::serve::Listener` for `RListener`, so `axum::serve(listener, app)`
 //!   serves over RDMA (see [`axum`] for `ConnectInfo`).
+//! - feature `tonic` (implies `hyper`): `tonic::transport::server::Connected` for `RStream`,
+//!   so `serve_with_incoming(listener.into_incoming())` serves gRPC with working
+//!   `remote_addr()`; [`hyper::RConnector`] is the client's connector (see [`tonic`]).
 
 #[cfg(feature = "axum")]
 pub mod axum;
 #[cfg(feature = "hyper")]
 pub mod hyper;
+#[cfg(feature = "tonic")]
+pub mod tonic;

@@ -9,20 +9,33 @@ use std::task::{Context, Poll, ready};
 
 use futures_core::Stream;
 use tokio::net::ToSocketAddrs;
+use tokio::sync::Mutex;
+use tokio::task::JoinSet;
 
 use super::options::RStreamOptions;
 use super::rstream::RStream;
 use crate::cm::CmListener;
 
+/// How many handshakes may be in progress at once; further requests wait in rdma_cm's backlog.
+const MAX_HANDSHAKES: usize = 64;
+
+/// A handshake's outcome: the stream, or the error and the peer it concerns.
+type Handshake = Result<(RStream, SocketAddr), (io::Error, SocketAddr)>;
+
 /// Listens for [`RStream`] connections: a drop-in for `tokio::net::TcpListener`.
 ///
 /// Options set on the listener apply to every accepted stream (as rsockets' accepted sockets
-/// inherit the listener's). A handshake that fails (a peer that sends invalid connection data
-/// or goes away) fails only that connection: `accept` logs it and waits for the next one.
+/// inherit the listener's). Handshakes run concurrently in tasks of their own (up to 64 at a
+/// time), so a slow or silent peer does not hold up the others. A handshake that fails (a peer
+/// that sends invalid connection data or goes away) fails only that connection: `accept` logs
+/// it and waits for the next one.
 #[derive(Debug)]
 pub struct RListener {
-    cm: CmListener,
+    cm: Arc<CmListener>,
     options: RStreamOptions,
+    /// Handshakes in progress, and finished ones not yet returned by `accept`.
+    handshakes: Mutex<JoinSet<Handshake>>,
+    span: tracing::Span,
 }
 
 impl RListener {
@@ -49,9 +62,13 @@ impl RListener {
     ///
     /// Cancel safe.
     pub async fn bind_with<A: ToSocketAddrs>(addr: A, options: RStreamOptions) -> io::Result<Self> {
+        let cm = CmListener::bind(addr).await?;
+        let span = tracing::debug_span!("rdma_listener", local = %cm.local_addr());
         Ok(RListener {
-            cm: CmListener::bind(addr).await?,
+            cm: Arc::new(cm),
             options,
+            handshakes: Mutex::new(JoinSet::new()),
+            span,
         })
     }
 
@@ -64,7 +81,7 @@ impl RListener {
         Ok(self.cm.local_addr())
     }
 
-    /// Waits for the next connection and completes its handshake.
+    /// Waits for the next connection whose handshake has completed.
     ///
     /// # Errors
     ///
@@ -73,15 +90,33 @@ impl RListener {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe in that nothing leaks; a handshake in progress when the future is dropped
-    /// fails for that peer.
+    /// Cancel safe: handshakes run in their own tasks, so a connection whose handshake
+    /// finishes after the future was dropped is returned by the next `accept`. They end when
+    /// the listener is dropped.
     pub async fn accept(&self) -> io::Result<(RStream, SocketAddr)> {
+        let mut handshakes = self.handshakes.lock().await;
         loop {
-            let request = self.cm.accept_request().await?;
-            let peer = request.peer_addr();
-            match RStream::accept(request, &self.options).await {
-                Ok(stream) => return Ok((stream, peer)),
-                Err(e) => tracing::warn!(%peer, error = %e, "rsocket handshake failed"),
+            tokio::select! {
+                // Finished handshakes first, so that a flood of requests cannot starve them.
+                biased;
+                Some(done) = handshakes.join_next(), if !handshakes.is_empty() => match done {
+                    Ok(Ok(accepted)) => return Ok(accepted),
+                    Ok(Err((e, peer))) => {
+                        tracing::warn!(parent: &self.span, %peer, error = %e, "rsocket handshake failed");
+                    }
+                    Err(e) => tracing::error!(parent: &self.span, error = %e, "rsocket handshake task failed"),
+                },
+                request = self.cm.accept_request(), if handshakes.len() < MAX_HANDSHAKES => {
+                    let request = request?;
+                    let options = self.options.clone();
+                    handshakes.spawn(async move {
+                        let peer = request.peer_addr();
+                        match RStream::accept(request, &options).await {
+                            Ok(stream) => Ok((stream, peer)),
+                            Err(e) => Err((e, peer)),
+                        }
+                    });
+                }
             }
         }
     }
