@@ -268,7 +268,6 @@ impl Endpoint {
 
     fn assemble(parts: Parts, link: CmLink, options: &EndpointOptions) -> Endpoint {
         let max = options.max_message_size;
-        tracing::debug!(peer = %link.peer_addr(), qp = parts.qp.qp_num(), "endpoint connected");
         let max_inline = parts.qp.max_inline_data() as usize;
         Endpoint {
             link,
@@ -405,7 +404,7 @@ impl Endpoint {
             state.free_slots.push(wc.wr_id as usize);
             if !wc.status.is_success() && state.error.is_none() {
                 let err = wc_error(wc, self.peer_addr(), true);
-                tracing::debug!(error = %err, "send failed");
+                tracing::debug!(parent: self.link.span(), error = %err, "send failed");
                 state.error = Some((err.kind(), err.to_string()));
             }
         }
@@ -460,7 +459,7 @@ impl Endpoint {
             }
             if !wc.status.is_success() {
                 let err = wc_error(wc, self.peer_addr(), false);
-                tracing::debug!(error = %err, "receive failed");
+                tracing::debug!(parent: self.link.span(), error = %err, "receive failed");
                 state.error.get_or_insert((err.kind(), err.to_string()));
                 continue;
             }

@@ -96,6 +96,19 @@ pub(crate) async fn connect<R>(
     params: &ConnParams,
     build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
 ) -> io::Result<(R, CmLink)> {
+    let result = connect_steps(dst, dial, params, build).await;
+    if let Err(e) = &result {
+        tracing::debug!(%dst, error = %e, "connect failed");
+    }
+    result
+}
+
+async fn connect_steps<R>(
+    dst: SocketAddr,
+    dial: &DialOptions,
+    params: &ConnParams,
+    build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
+) -> io::Result<(R, CmLink)> {
     let mut raw_params = params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
     let channel = Arc::new(EventChannel::new()?);
     let events = CmEvents::new(channel.clone())?;
@@ -129,7 +142,7 @@ pub(crate) async fn connect<R>(
     }
     id.connect(&raw_params)?;
     let established = expect(&events, ev::RDMA_CM_EVENT_ESTABLISHED, peer, "connecting").await?;
-    tracing::debug!(%dst, "rdma_cm connection established");
     let link = CmLink::new(id, events, established.private_data, dst)?;
+    tracing::debug!(parent: link.span(), "connected");
     Ok((resources, link))
 }

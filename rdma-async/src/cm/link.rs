@@ -37,6 +37,9 @@ pub(crate) struct CmLink {
     peer_private_data: Vec<u8>,
     peer: SocketAddr,
     local: SocketAddr,
+    /// The connection's span (peer, local address, queue pair number): the parent of every
+    /// event about this connection.
+    span: tracing::Span,
 }
 
 impl CmLink {
@@ -47,6 +50,10 @@ impl CmLink {
         peer: SocketAddr,
     ) -> io::Result<Self> {
         let local = id.local_addr()?;
+        let span = tracing::debug_span!("rdma_conn", %peer, %local, qp = tracing::field::Empty);
+        if let Some(qp) = id.qp_num() {
+            span.record("qp", qp);
+        }
         Ok(CmLink {
             id,
             events,
@@ -54,7 +61,13 @@ impl CmLink {
             peer_private_data,
             peer,
             local,
+            span,
         })
+    }
+
+    /// The connection's span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     fn state(&self) -> MutexGuard<'_, LinkState> {
@@ -83,22 +96,25 @@ impl CmLink {
             match event.kind {
                 ev::RDMA_CM_EVENT_DISCONNECTED => {
                     if !state.local_disconnect {
-                        tracing::debug!(peer = %self.peer, "peer disconnected");
+                        tracing::debug!(parent: &self.span, "peer disconnected");
                         state.peer_initiated = true;
                         // Completes the exchange and flushes our queue pair, as librdmacm's
                         // examples do on a peer's disconnect.
                         state.local_disconnect = true;
                         if let Err(e) = self.id.disconnect() {
-                            tracing::debug!(error = %e, "rdma_disconnect after peer disconnect");
+                            tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after peer disconnect failed");
                         }
                     }
                     state.disconnected = true;
                 }
                 ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                    tracing::warn!(parent: &self.span, "the RDMA device was removed");
                     state.device_removed = true;
                     state.disconnected = true;
                 }
-                _ => tracing::debug!(event = event.name(), "rdma_cm event on a connection"),
+                _ => {
+                    tracing::debug!(parent: &self.span, event = event.name(), "rdma_cm event on a connection")
+                }
             }
         }
     }
@@ -178,6 +194,7 @@ impl CmLink {
             return Ok(());
         }
         state.local_disconnect = true;
+        tracing::debug!(parent: &self.span, "disconnecting");
         self.id.disconnect()
     }
 
@@ -217,7 +234,9 @@ impl Drop for CmLink {
         // An orderly goodbye: the peer sees DISCONNECTED rather than a transport timeout.
         let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
         if !state.local_disconnect {
+            tracing::debug!(parent: &self.span, "disconnecting");
             let _ = self.id.disconnect();
         }
+        tracing::debug!(parent: &self.span, "connection released");
     }
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 use tokio::net::ToSocketAddrs;
+use tracing::Instrument;
 
 use super::events::CmEvents;
 use super::request::ConnectRequest;
@@ -29,6 +30,8 @@ pub struct CmListener {
     /// Reading a request and moving its id off the listener's channel is one step; concurrent
     /// acceptors take turns so no event of a half-moved id is read by another.
     accept_turn: tokio::sync::Mutex<()>,
+    /// The listener's span (its address): the parent of its requests' events.
+    span: tracing::Span,
 }
 
 impl CmListener {
@@ -75,13 +78,20 @@ impl CmListener {
         id.bind_addr(addr)?;
         id.listen(backlog)?;
         let local = id.local_addr()?;
-        tracing::debug!(%local, "rdma_cm listener bound");
+        let span = tracing::debug_span!("rdma_listener", %local);
+        tracing::debug!(parent: &span, "listening");
         Ok(CmListener {
             events,
             _id: id,
             local,
             accept_turn: tokio::sync::Mutex::new(()),
+            span,
         })
+    }
+
+    /// The listener's span.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// The address the listener is bound to, with the port it got.
@@ -100,6 +110,10 @@ impl CmListener {
     ///
     /// Cancel safe: a request is taken from the channel only when it is returned.
     pub async fn accept_request(&self) -> io::Result<ConnectRequest> {
+        self.next_request().instrument(self.span.clone()).await
+    }
+
+    async fn next_request(&self) -> io::Result<ConnectRequest> {
         let _turn = self.accept_turn.lock().await;
         loop {
             let mut event = self.events.next().await?;
@@ -114,6 +128,7 @@ impl CmListener {
                     return ConnectRequest::new(id, events, event, self.local);
                 }
                 ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                    tracing::error!("the RDMA device of the listener was removed");
                     return Err(io::Error::new(
                         io::ErrorKind::NetworkDown,
                         format!("the RDMA device of listener {} was removed", self.local),

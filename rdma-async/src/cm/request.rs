@@ -81,7 +81,7 @@ impl ConnectRequest {
                 private_data.len()
             )));
         }
-        tracing::debug!(peer = %self.peer, "rejecting rdma_cm connection request");
+        tracing::debug!(peer = %self.peer, private_data_len = private_data.len(), "rejecting connection request");
         self.id.reject(private_data)
     }
 
@@ -114,13 +114,13 @@ impl ConnectRequest {
             "accepting",
         )
         .await?;
-        tracing::debug!(peer = %self.peer, "rdma_cm connection accepted");
         let private_data = std::mem::take(&mut self.private_data);
         let events = self
             .events
             .take()
             .ok_or_else(|| error::invalid_input("request already used"))?;
         let link = CmLink::new(self.id.clone(), events, private_data, self.peer)?;
+        tracing::debug!(parent: link.span(), "accepted");
         Ok((resources, link))
     }
 }

@@ -206,11 +206,11 @@ impl Driver {
                 let ok = wc.status.is_success();
                 if !ok && wc.status != WcStatus::FLUSH && state.transport_error.is_none() {
                     let err = wc_error(wc, self.link.peer_addr(), true);
-                    tracing::debug!(error = %err, "stream send failed");
+                    tracing::warn!(parent: self.link.span(), error = %err, "send failed");
                     state.transport_error = Some((err.kind(), err.to_string()));
                 }
                 if let Err(e) = state.conn.handle_send_completion(wc.wr_id, ok) {
-                    tracing::debug!(error = %e, "stream send completion ended the connection");
+                    tracing::debug!(parent: self.link.span(), error = %e, "send completion ended the connection");
                 }
             }
         }
@@ -239,7 +239,7 @@ impl Driver {
             Ok(action) if action.repost => self.qp.post_recv(WR_ID_RECV_FLAG, None),
             Ok(_) => Ok(()),
             Err(e) => {
-                tracing::warn!(peer = %self.link.peer_addr(), error = %e, "rsockets protocol violation");
+                tracing::warn!(parent: self.link.span(), error = %e, "rsockets protocol violation");
                 Ok(())
             }
         }
@@ -285,6 +285,9 @@ impl Driver {
 
     /// Records a local failure that broke the connection and returns it.
     fn fatal(&self, state: &mut State, err: io::Error) -> io::Error {
+        if state.transport_error.is_none() {
+            tracing::warn!(parent: self.link.span(), error = %err, "connection failed");
+        }
         state
             .conn
             .handle_fatal(ProtoError::new(ProtoErrorKind::SendFailed, err.to_string()));
@@ -374,7 +377,7 @@ impl Driver {
         }
         match self.link.poll_disconnected(&self.cm_waiters[index], cx) {
             Poll::Ready(Ok(())) if !state.conn.is_disconnected() => {
-                tracing::debug!(peer = %self.link.peer_addr(), "stream disconnected by rdma_cm");
+                tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
                 state.conn.handle_disconnected();
                 wake(&mut state.read_waker);
                 wake(&mut state.write_waker);

@@ -35,7 +35,6 @@ pub struct RListener {
     options: RStreamOptions,
     /// Handshakes in progress, and finished ones not yet returned by `accept`.
     handshakes: Mutex<JoinSet<Handshake>>,
-    span: tracing::Span,
 }
 
 impl RListener {
@@ -62,13 +61,10 @@ impl RListener {
     ///
     /// Cancel safe.
     pub async fn bind_with<A: ToSocketAddrs>(addr: A, options: RStreamOptions) -> io::Result<Self> {
-        let cm = CmListener::bind(addr).await?;
-        let span = tracing::debug_span!("rdma_listener", local = %cm.local_addr());
         Ok(RListener {
-            cm: Arc::new(cm),
+            cm: Arc::new(CmListener::bind(addr).await?),
             options,
             handshakes: Mutex::new(JoinSet::new()),
-            span,
         })
     }
 
@@ -102,9 +98,9 @@ impl RListener {
                 Some(done) = handshakes.join_next(), if !handshakes.is_empty() => match done {
                     Ok(Ok(accepted)) => return Ok(accepted),
                     Ok(Err((e, peer))) => {
-                        tracing::warn!(parent: &self.span, %peer, error = %e, "rsocket handshake failed");
+                        tracing::warn!(parent: self.cm.span(), %peer, error = %e, "rsocket handshake failed");
                     }
-                    Err(e) => tracing::error!(parent: &self.span, error = %e, "rsocket handshake task failed"),
+                    Err(e) => tracing::error!(parent: self.cm.span(), error = %e, "rsocket handshake task failed"),
                 },
                 request = self.cm.accept_request(), if handshakes.len() < MAX_HANDSHAKES => {
                     let request = request?;

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::ToSocketAddrs;
+use tracing::Instrument;
 
 use super::driver::{self, Driver};
 use super::options::RStreamOptions;
@@ -24,11 +25,11 @@ const LINGER: Duration = Duration::from_secs(10);
 
 /// Posts a keepalive every `interval` while the stream lives (the task holds only a weak
 /// reference, so it ends with the stream).
-fn spawn_keepalive(driver: std::sync::Weak<Driver>, interval: Duration) {
+fn spawn_keepalive(driver: std::sync::Weak<Driver>, interval: Duration, span: tracing::Span) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
-    runtime.spawn(async move {
+    let task = async move {
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         loop {
             ticks.tick().await;
@@ -36,11 +37,12 @@ fn spawn_keepalive(driver: std::sync::Weak<Driver>, interval: Duration) {
                 return;
             };
             if let Err(e) = driver.send_keepalive() {
-                tracing::debug!(error = %e, "rsocket keepalive stopped");
+                tracing::debug!(error = %e, "keepalive stopped");
                 return;
             }
         }
-    });
+    };
+    runtime.spawn(task.instrument(span));
 }
 
 /// rsockets' connection parameters: no RDMA reads, 7 transport and infinite RNR retries.
@@ -125,9 +127,16 @@ impl Drop for Inner {
         {
             // Keep the rings registered until the peer has what was written before the drop.
             let driver = self.driver.clone();
-            runtime.spawn(async move {
-                let _ = tokio::time::timeout(LINGER, driver.linger()).await;
-            });
+            let span = driver.link().span().clone();
+            let linger = async move {
+                match tokio::time::timeout(LINGER, driver.linger()).await {
+                    Ok(()) => tracing::debug!("closed after lingering"),
+                    Err(_) => {
+                        tracing::debug!(?LINGER, "closed: the peer did not take all data in time")
+                    }
+                }
+            };
+            runtime.spawn(linger.instrument(span));
         }
     }
 }
@@ -174,7 +183,6 @@ impl RStream {
         .await?;
         driver::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
         let driver = Driver::new(parts, link)?;
-        tracing::debug!(peer = %dst, "rsocket stream connected");
         Ok(RStream::from_driver(driver, options))
     }
 
@@ -206,14 +214,17 @@ impl RStream {
             })
             .await?;
         let driver = Driver::new(parts, link)?;
-        tracing::debug!(%peer, "rsocket stream accepted");
         Ok(RStream::from_driver(driver, options))
     }
 
     fn from_driver(driver: Driver, options: &RStreamOptions) -> RStream {
         let driver = Arc::new(driver);
         if let Some(interval) = options.keepalive {
-            spawn_keepalive(Arc::downgrade(&driver), interval);
+            spawn_keepalive(
+                Arc::downgrade(&driver),
+                interval,
+                driver.link().span().clone(),
+            );
         }
         RStream {
             inner: Arc::new(Inner { driver }),

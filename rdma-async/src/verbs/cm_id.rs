@@ -125,6 +125,15 @@ impl CmId {
         })
     }
 
+    /// The number of the queue pair created on this id (`rdma_create_qp`), if any.
+    pub(crate) fn qp_num(&self) -> Option<u32> {
+        // SAFETY: the id is valid for `self`'s lifetime; `qp` is null or the id's queue pair,
+        // which rdma_cm keeps alive until `rdma_destroy_qp`.
+        let qp = unsafe { (*self.raw.as_ptr()).qp };
+        // SAFETY: a non-null `qp` points to a live `ibv_qp` (above).
+        (!qp.is_null()).then(|| unsafe { (*qp).qp_num })
+    }
+
     pub(crate) fn bind_addr(&self, addr: SocketAddr) -> io::Result<()> {
         let (storage, _) = to_sockaddr(addr);
         // SAFETY: the id is valid and `storage` holds a sockaddr of `addr`'s family.
