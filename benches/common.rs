@@ -57,17 +57,26 @@ impl RoundTrips {
         total
     }
 
+    /// p50 and p99 in microseconds (`None` when the benchmark did not run).
+    pub fn p50_p99_us(&self) -> Option<(f64, f64)> {
+        let h = self.0.lock().expect("histogram lock");
+        (!h.is_empty()).then(|| {
+            (
+                h.value_at_quantile(0.5) as f64 / 1e3,
+                h.value_at_quantile(0.99) as f64 / 1e3,
+            )
+        })
+    }
+
     /// Prints count, p50, p99 and max (nothing when the benchmark did not run).
     pub fn report(&self, name: &str) {
-        let h = self.0.lock().expect("histogram lock");
-        if h.is_empty() {
+        let Some((p50, p99)) = self.p50_p99_us() else {
             return; // filtered out on the command line
-        }
+        };
+        let h = self.0.lock().expect("histogram lock");
         println!(
-            "{name}: round trips={} p50={:.1}us p99={:.1}us max={:.1}us",
+            "{name}: round trips={} p50={p50:.1}us p99={p99:.1}us max={:.1}us",
             h.len(),
-            h.value_at_quantile(0.5) as f64 / 1e3,
-            h.value_at_quantile(0.99) as f64 / 1e3,
             h.max() as f64 / 1e3
         );
     }
