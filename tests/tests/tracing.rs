@@ -107,7 +107,11 @@ async fn connection_lifecycle_is_traced_in_spans() {
     ]);
     capture.assert_line(&["DEBUG", &client_span, "connected"]);
     capture.assert_line(&["DEBUG", &server_span, "accepted"]);
-    capture.assert_line(&["DEBUG", "rejecting connection request"]);
+    capture.assert_line(&[
+        "DEBUG",
+        &format!("rdma_listener{{local={server_addr}}}"),
+        "rejecting connection request",
+    ]);
     capture.assert_line(&["DEBUG", &format!("dst={server_addr}"), "connect failed"]);
     capture
         .wait_for_line(&[
@@ -127,4 +131,6 @@ async fn connection_lifecycle_is_traced_in_spans() {
         .wait_for_line(&["DEBUG", &server_span, "connection released"])
         .await;
     acceptor.abort();
+    // Shown with --nocapture: what a user's subscriber prints.
+    println!("{}", capture.lines().join("\n"));
 }

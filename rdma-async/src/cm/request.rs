@@ -37,7 +37,7 @@ impl ConnectRequest {
     ) -> io::Result<Self> {
         let peer = id.peer_addr()?;
         let local = id.local_addr().unwrap_or(listener_addr);
-        tracing::debug!(%peer, %local, "rdma_cm connection request");
+        tracing::debug!(%peer, %local, "connection request");
         Ok(ConnectRequest {
             id,
             events: Some(events),

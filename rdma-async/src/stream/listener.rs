@@ -11,6 +11,7 @@ use futures_core::Stream;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::Mutex;
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::options::RStreamOptions;
 use super::rstream::RStream;
@@ -105,13 +106,14 @@ impl RListener {
                 request = self.cm.accept_request(), if handshakes.len() < MAX_HANDSHAKES => {
                     let request = request?;
                     let options = self.options.clone();
-                    handshakes.spawn(async move {
+                    let handshake = async move {
                         let peer = request.peer_addr();
                         match RStream::accept(request, &options).await {
                             Ok(stream) => Ok((stream, peer)),
                             Err(e) => Err((e, peer)),
                         }
-                    });
+                    };
+                    handshakes.spawn(handshake.instrument(self.cm.span().clone()));
                 }
             }
         }
