@@ -100,6 +100,19 @@ impl Sources {
         }
     }
 
+    /// We resolved `addr` to queue pair `qpn` of a peer that did not introduce itself (a C
+    /// `udaddy` server): its datagrams come from there.
+    pub(crate) fn learn_resolved(&mut self, addr: SocketAddr, qpn: u32) {
+        self.known
+            .entry((canonical(addr.ip()), qpn))
+            .or_insert(Source {
+                addr,
+                sequenced: false,
+                next_seq: 0,
+                seen: false,
+            });
+    }
+
     /// A peer that did not introduce itself asked for our queue pair from `addr`.
     pub(crate) fn learn_anonymous(&mut self, addr: SocketAddr) {
         self.anonymous_ports
@@ -205,5 +218,8 @@ mod tests {
         s.learn_anonymous(addr("10.77.0.3:41000"));
         let a = s.attribute(addr("10.77.0.3:0").ip(), 12, Some(12), false);
         assert_eq!(a.from, addr("10.77.0.3:41000"));
+        s.learn_resolved(addr("10.77.0.4:7174"), 33);
+        let a = s.attribute(addr("10.77.0.4:0").ip(), 33, Some(1), false);
+        assert_eq!((a.from, a.sequenced), (addr("10.77.0.4:7174"), false));
     }
 }

@@ -560,11 +560,13 @@ impl RDatagram {
         )
         .await?;
         let ah = AddressHandle::new(self.pd.clone(), &ud.ah_attr)?;
-        if let Some(hello) = peer_hello {
+        match peer_hello {
             // The peer numbers its datagrams to us from now on (it learned us from our request).
-            self.shared
+            Some(hello) => self
+                .shared
                 .sources()
-                .learn_peer(SocketAddr::new(target.ip(), hello.port), hello.qpn);
+                .learn_peer(SocketAddr::new(target.ip(), hello.port), hello.qpn),
+            None => self.shared.sources().learn_resolved(target, ud.qp_num),
         }
         Ok(Arc::new(Route::new(
             ah,

@@ -10,6 +10,9 @@ use super::cm_id::CmId;
 use super::sockaddr::to_sockaddr;
 use crate::error;
 
+/// The kernel-internal errno rdma_cm returns for an unsupported join (not in libc).
+const ENOTSUPP: i32 = 524;
+
 impl CmId {
     /// Starts joining the multicast group `group` (the id's address must be resolved); the
     /// result arrives as `MULTICAST_JOIN` (with the group's address handle attributes) or
@@ -26,7 +29,21 @@ impl CmId {
             )
         };
         if ret != 0 {
-            return Err(error::last_error("rdma_join_multicast"));
+            let err = io::Error::last_os_error();
+            if err.raw_os_error() == Some(ENOTSUPP) && group.is_ipv6() {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "cannot join {}: the kernel's rdma_cm joins IPv6 groups only on \
+                         InfiniBand and RoCE v1, and this port uses RoCE v2 (ENOTSUPP)",
+                        group.ip()
+                    ),
+                ));
+            }
+            return Err(error::call_error(
+                "rdma_join_multicast",
+                err.raw_os_error().unwrap_or(libc::EIO),
+            ));
         }
         Ok(())
     }
