@@ -4234,7 +4234,21 @@ unsafe extern "C" {
     pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
 }
 unsafe extern "C" {
+    pub fn ibv_create_ah_from_wc(
+        pd: *mut ibv_pd,
+        wc: *mut ibv_wc,
+        grh: *mut ibv_grh,
+        port_num: u8,
+    ) -> *mut ibv_ah;
+}
+unsafe extern "C" {
     pub fn ibv_destroy_ah(ah: *mut ibv_ah) -> libc::c_int;
+}
+unsafe extern "C" {
+    pub fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> libc::c_int;
+}
+unsafe extern "C" {
+    pub fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> libc::c_int;
 }
 unsafe extern "C" {
     pub fn ibv_node_type_str(node_type: ibv_node_type::Type) -> *const libc::c_char;

@@ -8,6 +8,8 @@
 //! - [`cm`]: connection management: [`cm::CmListener`], [`cm::ConnectRequest`],
 //!   [`cm::ConnParams`] (private data, retry counts, initiator depth, responder resources).
 //! - [`endpoint`]: [`endpoint::Endpoint`], messages over a reliable connected queue pair.
+//! - [`datagram`]: [`datagram::RDatagram`], unreliable datagrams and multicast, used like
+//!   `tokio::net::UdpSocket`.
 //! - [`device`]: the RDMA devices of this machine.
 //! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
 //!   rsockets' wire protocol.
@@ -44,6 +46,7 @@
 
 pub mod cm;
 mod completion;
+pub mod datagram;
 pub mod device;
 pub mod endpoint;
 mod error;

@@ -25,6 +25,12 @@ pub struct CmError {
 }
 
 impl CmError {
+    /// The same failure told in other words (a caller that knows better what it meant).
+    pub(crate) fn retold(mut self, message: String) -> Self {
+        self.message = message;
+        self
+    }
+
     /// The librdmacm event that reported the failure, e.g. `RDMA_CM_EVENT_REJECTED`.
     pub fn event(&self) -> &'static str {
         self.event

@@ -65,7 +65,7 @@ macro_rules! dial_setters {
 pub(crate) use dial_setters;
 
 /// Waits for `wanted`, skipping informational events; any other event fails the step.
-pub(super) async fn expect(
+pub(crate) async fn expect(
     events: &CmEvents,
     wanted: u32,
     peer: Option<SocketAddr>,

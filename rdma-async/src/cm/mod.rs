@@ -26,6 +26,7 @@ mod request;
 pub(crate) mod resolve;
 
 pub use error::CmError;
+pub(crate) use events::CmEvents;
 pub use listener::CmListener;
 pub use params::{
     ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,

@@ -16,6 +16,8 @@ use crate::error;
 pub(crate) enum PortSpace {
     /// `RDMA_PS_TCP`: reliable connected queue pairs, the port space of rsockets streams.
     Tcp,
+    /// `RDMA_PS_UDP`: unreliable datagram queue pairs, SIDR address exchange and multicast.
+    Udp,
 }
 
 /// Connection parameters in the form `rdma_connect`/`rdma_accept` take them.
@@ -74,6 +76,7 @@ impl CmId {
     pub(crate) fn new(channel: Arc<EventChannel>, ps: PortSpace) -> io::Result<Self> {
         let ps = match ps {
             PortSpace::Tcp => sys::rdma_port_space::RDMA_PS_TCP,
+            PortSpace::Udp => sys::rdma_port_space::RDMA_PS_UDP,
         };
         let mut raw = ptr::null_mut();
         // SAFETY: the channel is valid, `raw` is a valid out-pointer, the context may be NULL.
@@ -107,6 +110,18 @@ impl CmId {
             raw,
             _channel: channel,
         })
+    }
+
+    /// Takes ownership of the new id of a `CONNECT_REQUEST` without moving it: it keeps
+    /// reporting to `channel`, the listener's channel it arrived on. For requests that are
+    /// answered at once (a datagram id's SIDR request), so no event of it is read elsewhere.
+    pub(crate) fn adopt_incoming(incoming: IncomingId, channel: Arc<EventChannel>) -> Self {
+        let raw = incoming.0;
+        std::mem::forget(incoming);
+        CmId {
+            raw,
+            _channel: channel,
+        }
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::rdma_cm_id {
@@ -230,6 +245,29 @@ impl CmId {
             return Err(error::last_error("rdma_accept"));
         }
         Ok(())
+    }
+
+    /// Answers a datagram (SIDR) request: the peer learns `qp_num` and the id's Q_Key, and
+    /// gets `private_data`; no event follows.
+    pub(crate) fn accept_ud(&self, qp_num: u32, private_data: &[u8]) -> io::Result<()> {
+        let param = RawConnParam {
+            private_data: private_data.to_vec(),
+            ..RawConnParam::default()
+        };
+        let mut c = param.as_sys()?;
+        c.qp_num = qp_num;
+        // SAFETY: as in `connect`; for an id without a queue pair librdmacm takes the queue
+        // pair number from the parameters.
+        if unsafe { sys::rdma_accept(self.raw.as_ptr(), &mut c) } != 0 {
+            return Err(error::last_error("rdma_accept"));
+        }
+        Ok(())
+    }
+
+    /// The device port the id is bound to (0 before it is bound to a device).
+    pub(crate) fn port_num(&self) -> u8 {
+        // SAFETY: the id is valid for `self`'s lifetime.
+        unsafe { (*self.raw.as_ptr()).port_num }
     }
 
     /// Rejects a connection request, with optional private data for the peer.

@@ -7,6 +7,7 @@ use std::ptr::NonNull;
 use rdma_async_sys as sys;
 use sys::rdma_cm_event_type as ev;
 
+use super::address_handle::AhAttr;
 use super::async_fd::OwnsFd;
 use crate::error;
 
@@ -123,6 +124,18 @@ pub(crate) struct CmEvent {
     pub(crate) initiator_depth: u8,
     /// For `CONNECT_REQUEST`: ownership of the new connection's id.
     pub(crate) incoming: Option<IncomingId>,
+    /// For `ESTABLISHED` and `MULTICAST_JOIN` on datagram ids: how to reach the peer or group.
+    pub(crate) ud: Option<UdParam>,
+}
+
+/// The datagram part of an event (`struct rdma_ud_param`): an address handle's attributes and
+/// the remote queue pair number and Q_Key.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UdParam {
+    pub(crate) ah_attr: AhAttr,
+    /// `0xFFFFFF` for a multicast group.
+    pub(crate) qp_num: u32,
+    pub(crate) qkey: u32,
 }
 
 /// Ownership of the id a `CONNECT_REQUEST` created, until it is migrated into a [`super::CmId`].
@@ -150,9 +163,19 @@ impl CmEvent {
         let ps = unsafe { (*event.id).ps };
         let is_ud =
             ps == sys::rdma_port_space::RDMA_PS_UDP || ps == sys::rdma_port_space::RDMA_PS_IPOIB;
+        let mut ud_param = None;
         let (data, len) = if is_ud {
             // SAFETY: for UD ids librdmacm fills the `ud` member of the union.
             let ud = unsafe { event.param.ud };
+            if event.event == ev::RDMA_CM_EVENT_ESTABLISHED
+                || event.event == ev::RDMA_CM_EVENT_MULTICAST_JOIN
+            {
+                ud_param = Some(UdParam {
+                    ah_attr: AhAttr(ud.ah_attr),
+                    qp_num: ud.qp_num,
+                    qkey: ud.qkey,
+                });
+            }
             (ud.private_data, ud.private_data_len)
         } else {
             // SAFETY: for connected ids librdmacm fills the `conn` member of the union.
@@ -179,6 +202,7 @@ impl CmEvent {
             } else {
                 None
             },
+            ud: ud_param,
         }
     }
 

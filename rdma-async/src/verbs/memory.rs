@@ -132,6 +132,18 @@ impl RegisteredBuffer {
         Ok(())
     }
 
+    /// A scatter/gather entry for `len` bytes at `offset`, after checking the range.
+    pub(crate) fn sge(&self, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
+        self.check(offset, len)?;
+        let length =
+            u32::try_from(len).map_err(|_| error::invalid_input("work request too long"))?;
+        Ok(sys::ibv_sge {
+            addr: self.addr(offset),
+            length,
+            lkey: self.lkey(),
+        })
+    }
+
     /// A pointer to byte `offset`, after checking that `len` bytes from there are in the buffer.
     fn range_ptr(&self, offset: usize, len: usize) -> io::Result<*mut u8> {
         self.check(offset, len)?;

@@ -7,23 +7,28 @@
 //! through a Rust reference: the device (and, with remote access, the peer) may write it at any
 //! time, so data moves in and out with raw-pointer copies only.
 
+mod address_handle;
 mod async_fd;
 mod cm_id;
 mod comp_queue;
 mod device_list;
 mod event_channel;
 mod memory;
+mod multicast;
 mod protection_domain;
 mod queue_pair;
 mod sockaddr;
+mod ud_queue_pair;
 mod work;
 
+pub(crate) use address_handle::{AddressHandle, GRH_LEN};
 pub(crate) use async_fd::register_readable;
 pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
 pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use device_list::DeviceList;
-pub(crate) use event_channel::{CmEvent, EventChannel};
+pub(crate) use event_channel::{CmEvent, EventChannel, UdParam};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;
 pub(crate) use queue_pair::{Opcode, Payload, QpCaps, QueuePair, Segment, WorkRequest};
+pub(crate) use ud_queue_pair::{UdCaps, UdQueuePair, UdSend, port_mtu};
 pub(crate) use work::{WcStatus, WorkCompletion};

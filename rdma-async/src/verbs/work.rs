@@ -34,6 +34,15 @@ pub(crate) struct WorkCompletion {
     /// The immediate data (host order) of a receive completion that carried one.
     pub(crate) imm_data: Option<u32>,
     pub(crate) vendor_err: u32,
+    /// Datagram (UD) receives: the sender's queue pair number.
+    pub(crate) src_qp: u32,
+    /// `ibv_wc_flags` (`IBV_WC_GRH`, `IBV_WC_WITH_IMM`).
+    pub(crate) wc_flags: u32,
+    /// Datagram receives: what `ibv_create_ah_from_wc` needs besides the GRH.
+    pub(crate) slid: u16,
+    pub(crate) sl: u8,
+    pub(crate) dlid_path_bits: u8,
+    pub(crate) pkey_index: u16,
 }
 
 impl WorkCompletion {
@@ -43,6 +52,12 @@ impl WorkCompletion {
         byte_len: 0,
         imm_data: None,
         vendor_err: 0,
+        src_qp: 0,
+        wc_flags: 0,
+        slid: 0,
+        sl: 0,
+        dlid_path_bits: 0,
+        pkey_index: 0,
     };
 
     pub(super) fn from_sys(wc: &sys::ibv_wc) -> Self {
@@ -54,6 +69,12 @@ impl WorkCompletion {
             imm_data: (wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM != 0)
                 .then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
             vendor_err: wc.vendor_err,
+            src_qp: wc.src_qp,
+            wc_flags: wc.wc_flags,
+            slid: wc.slid,
+            sl: wc.sl,
+            dlid_path_bits: wc.dlid_path_bits,
+            pkey_index: wc.pkey_index,
         }
     }
 }

@@ -1,0 +1,169 @@
+//! A peer of librdmacm's `mckey`: the same flags and the same exchange over multicast, so
+//! either side can be the C tool.
+//!
+//! ```text
+//! mckey -m multicast_address -b bind_address [-s] [-c connections] [-C message_count] [-S message_size]
+//! ```
+//!
+//! Each of `-c` sockets joins the group. A sender (`-s`) then waits 3 s, as mckey does (for an
+//! InfiniBand subnet manager to program the switches), and sends `-C` datagrams of `-S` bytes
+//! to the group; a receiver waits for `-C` datagrams. Both leave the group at the end. 10
+//! datagrams of 100 bytes by default. `-b` is required: an rdma-async socket binds to the
+//! address of an RDMA device. IPv6 groups need InfiniBand or RoCE v1 (the kernel refuses them
+//! on RoCE v2). mckey's `-M` (unmapped address), `-o` (send-only join) and `-l` (no loopback)
+//! are not supported.
+
+use std::io;
+use std::net::IpAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use rdma_async::datagram::{RDatagram, RDatagramOptions};
+
+#[derive(Debug, Clone)]
+struct Args {
+    group: Option<IpAddr>,
+    bind: Option<String>,
+    sender: bool,
+    connections: usize,
+    count: usize,
+    size: usize,
+}
+
+fn usage() -> ExitCode {
+    eprintln!(
+        "usage: mckey -m multicast_address -b bind_address [-s] [-c connections] [-C message_count] [-S message_size] [-p port_space]"
+    );
+    ExitCode::from(1)
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut args = Args {
+        group: None,
+        bind: None,
+        sender: false,
+        connections: 1,
+        count: 10,
+        size: 100,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
+        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+        match flag.as_str() {
+            "-m" => {
+                let v = value()?;
+                args.group = Some(v.parse().map_err(|e| format!("-m {v}: {e}"))?);
+            }
+            "-b" => args.bind = Some(value()?),
+            "-s" => args.sender = true,
+            "-c" => args.connections = number(value()?)?.max(1),
+            "-C" => args.count = number(value()?)?,
+            "-S" => args.size = number(value()?)?,
+            "-p" => {
+                let space = value()?;
+                if !matches!(space.as_str(), "0x0111" | "273") {
+                    return Err(format!(
+                        "port space {space}: only UDP (0x0111) is supported"
+                    ));
+                }
+            }
+            "-M" | "-o" | "-l" => return Err(format!("{flag} is not supported")),
+            other => return Err(format!("unknown flag {other}")),
+        }
+    }
+    if args.size == 0 {
+        args.count = 0;
+    }
+    Ok(args)
+}
+
+async fn run(args: &Args) -> io::Result<()> {
+    let invalid = |msg: &str| io::Error::new(io::ErrorKind::InvalidInput, msg.to_owned());
+    let group = args
+        .group
+        .ok_or_else(|| invalid("-m multicast_address is required"))?;
+    let bind = args
+        .bind
+        .as_deref()
+        .ok_or_else(|| invalid("-b bind_address is required"))?;
+    println!(
+        "mckey: starting {}",
+        if args.sender { "client" } else { "server" }
+    );
+    let depth = u32::try_from(args.count.max(16)).unwrap_or(u32::MAX);
+    let options = RDatagramOptions::new().recv_depth(depth);
+    println!("mckey: joining");
+    let mut sockets = Vec::new();
+    for _ in 0..args.connections {
+        let socket = RDatagram::bind_with((bind, 0), options.clone()).await?;
+        if args.count > 0 && args.size > socket.max_datagram() {
+            return Err(invalid(&format!(
+                "message_size {} is larger than active mtu {}",
+                args.size,
+                socket.max_datagram()
+            )));
+        }
+        socket.join_multicast(group).await?;
+        println!("mckey: joined group {group}");
+        sockets.push(socket);
+    }
+    let result = exchange(args, group, &sockets).await;
+    for socket in &sockets {
+        if let Err(e) = socket.leave_multicast(group) {
+            println!("mckey: failure leaving: {e}");
+        }
+    }
+    result
+}
+
+async fn exchange(args: &Args, group: IpAddr, sockets: &[RDatagram]) -> io::Result<()> {
+    if args.count == 0 {
+        return Ok(());
+    }
+    if args.sender {
+        // mckey's pause after joining, for the fabric to be ready.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        println!("initiating data transfers");
+        let msg = vec![0u8; args.size];
+        for socket in sockets {
+            for _ in 0..args.count {
+                socket.send_to(&msg, (group, 0)).await?;
+            }
+        }
+    } else {
+        println!("receiving data transfers");
+        let mut buf = vec![0u8; args.size.max(1)];
+        for socket in sockets {
+            for _ in 0..args.count {
+                socket.recv_from(&mut buf).await?;
+            }
+        }
+    }
+    println!("data transfers complete");
+    Ok(())
+}
+
+#[rdma_async::main]
+async fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("mckey: {e}");
+            return usage();
+        }
+    };
+    let result = run(&args).await;
+    println!("test complete");
+    match result {
+        Ok(()) => {
+            println!("return status 0");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            println!("mckey: {e}");
+            println!("return status {}", e.raw_os_error().unwrap_or(1));
+            ExitCode::from(1)
+        }
+    }
+}

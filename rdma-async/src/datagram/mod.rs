@@ -1,0 +1,65 @@
+//! Unreliable datagrams and multicast over RDMA: [`RDatagram`], used like
+//! `tokio::net::UdpSocket`.
+//!
+//! A socket is a UD queue pair on an rdma_cm id of the `RDMA_PS_UDP` port space, bound to an
+//! address of an RDMA device. Peers are addressed by IP and rdma_cm port, as UDP peers are: the
+//! first datagram to a peer resolves it (address and route resolution, then a SIDR exchange,
+//! `rdma_connect` on a UDP id, whose reply carries the peer's queue pair number, Q_Key and
+//! address handle attributes), and the result is cached per peer. Multicast groups are joined
+//! with `rdma_join_multicast`.
+//!
+//! ```no_run
+//! use rdma_async::datagram::RDatagram;
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let server = RDatagram::bind("10.77.0.1:7174").await?;
+//! let client = RDatagram::bind("10.77.0.1:0").await?;
+//! client.send_to(b"ping", "10.77.0.1:7174").await?;   // resolves the peer once
+//! let mut buf = [0u8; 1024];
+//! let (n, from) = server.recv_from(&mut buf).await?;
+//! server.send_to(&buf[..n], from).await?;               // a route back is already known
+//! let (n, _) = client.recv_from(&mut buf).await?;
+//! assert_eq!(&buf[..n], b"ping");
+//!
+//! // Multicast: every socket that joined receives what is sent to the group.
+//! let group = "239.1.2.3".parse().unwrap();
+//! server.join_multicast(group).await?;
+//! client.join_multicast(group).await?;
+//! client.send_to(b"to all", (group, 0)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Limits and behaviour, as UDP has them:
+//!
+//! - A datagram is one packet: at most the active MTU of the device port
+//!   ([`RDatagram::max_datagram`]); a longer one is refused with `InvalidInput` before anything
+//!   is posted.
+//! - Receive buffers stay posted: up to the receive depth ([`RDatagramOptions::recv_depth`])
+//!   datagrams are kept while nobody reads; beyond that the device drops them (UD has no
+//!   receiver-not-ready retries). Between rdma-async sockets the drops are counted
+//!   ([`DatagramStats::dropped`]).
+//! - A datagram longer than the buffer given to `recv_from` is truncated to it.
+//! - The 40-byte Global Route Header the device writes in front of each received datagram is
+//!   read for the sender's address and never handed to the application.
+//!
+//! | outcome | `io::ErrorKind` |
+//! |---|---|
+//! | datagram longer than [`RDatagram::max_datagram`] | `InvalidInput` |
+//! | nothing bound at the destination (SIDR reply "unsupported") | `ConnectionRefused` |
+//! | no SIDR reply | `TimedOut` |
+//! | address or route resolution failed | as in [`crate::cm`] |
+//! | sending to a group not joined | `NotConnected` |
+
+mod grh;
+mod hello;
+mod multicast;
+mod options;
+mod peers;
+mod responder;
+mod sidr;
+mod socket;
+mod stats;
+
+pub use options::RDatagramOptions;
+pub use socket::RDatagram;
+pub use stats::DatagramStats;

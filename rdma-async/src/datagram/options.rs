@@ -1,0 +1,105 @@
+//! Sizes and timeouts of an [`RDatagram`](super::RDatagram).
+
+use std::io;
+use std::time::Duration;
+
+use crate::error;
+
+/// Options for [`RDatagram::bind_with`](super::RDatagram::bind_with).
+///
+/// The receive depth is the socket's receive buffer: that many datagrams are kept while nobody
+/// reads, and further ones are dropped by the device (as a full UDP socket buffer drops them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RDatagramOptions {
+    pub(crate) recv_depth: u32,
+    pub(crate) send_depth: u32,
+    pub(crate) max_datagram: Option<usize>,
+    pub(crate) resolve_timeout: Duration,
+    pub(crate) busy_poll: Duration,
+}
+
+impl Default for RDatagramOptions {
+    fn default() -> Self {
+        RDatagramOptions {
+            recv_depth: 128,
+            send_depth: 64,
+            max_datagram: None,
+            resolve_timeout: Duration::from_secs(2),
+            busy_poll: Duration::from_micros(10),
+        }
+    }
+}
+
+impl RDatagramOptions {
+    /// The defaults: 128 receive buffers, 64 sends in flight, datagrams up to the port's MTU,
+    /// 2 s address and route resolution timeouts (as `udaddy`), 10 µs busy-poll.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Receive buffers kept posted: datagrams kept while nobody reads (at least 1).
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.recv_depth = n.max(1);
+        self
+    }
+
+    /// Sends in flight before `send_to` waits for the device (at least 1).
+    pub fn send_depth(mut self, n: u32) -> Self {
+        self.send_depth = n.max(1);
+        self
+    }
+
+    /// The largest datagram this socket sends or receives; by default, and at most, the active
+    /// MTU of the device port (UD messages are one packet). A smaller value saves memory.
+    pub fn max_datagram(mut self, bytes: usize) -> Self {
+        self.max_datagram = Some(bytes);
+        self
+    }
+
+    /// Timeout of address and of route resolution, and of the SIDR exchange, each, when
+    /// reaching a new peer (2 s by default).
+    pub fn resolve_timeout(mut self, time: Duration) -> Self {
+        self.resolve_timeout = time;
+        self
+    }
+
+    /// How long an empty completion queue is polled before the task sleeps.
+    pub fn busy_poll(mut self, time: Duration) -> Self {
+        self.busy_poll = time;
+        self
+    }
+
+    /// The datagram size limit given the port's MTU.
+    pub(crate) fn datagram_limit(&self, port_mtu: usize) -> io::Result<usize> {
+        match self.max_datagram {
+            None => Ok(port_mtu),
+            Some(n) if n <= port_mtu => Ok(n),
+            Some(n) => Err(error::invalid_input(format!(
+                "max_datagram of {n} bytes exceeds the port MTU of {port_mtu} bytes \
+                 (an RDMA datagram is one packet)"
+            ))),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn limit_is_the_mtu_unless_smaller() {
+        assert_eq!(RDatagramOptions::new().datagram_limit(1024).unwrap(), 1024);
+        let small = RDatagramOptions::new().max_datagram(100);
+        assert_eq!(small.datagram_limit(1024).unwrap(), 100);
+        let big = RDatagramOptions::new().max_datagram(4096);
+        let err = big.datagram_limit(1024).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+        assert!(err.to_string().contains("1024"), "{err}");
+    }
+
+    #[test]
+    fn depths_are_at_least_one() {
+        let o = RDatagramOptions::new().recv_depth(0).send_depth(0);
+        assert_eq!((o.recv_depth, o.send_depth), (1, 1));
+    }
+}

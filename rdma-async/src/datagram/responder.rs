@@ -1,0 +1,93 @@
+//! Answering peers that ask for our queue pair: the SIDR requests that arrive on the bound id.
+//!
+//! Peers resolve a datagram socket before their first datagram and need an answer whether or
+//! not anyone is reading, as ARP needs one from a host, so a task of the socket's own answers
+//! them (the socket aborts it when dropped). Before answering, it records who asked: the
+//! answer lets the peer send, and its datagrams must find their sender known.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use rdma_async_sys::rdma_cm_event_type as ev;
+
+use super::hello::Hello;
+use super::peers::Sources;
+use super::stats::Counters;
+use crate::cm::CmEvents;
+use crate::verbs::{CmEvent, CmId};
+
+/// What a socket shares with its responder task.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    sources: Mutex<Sources>,
+    pub(crate) counters: Counters,
+    /// How we introduce ourselves: bound port and queue pair number.
+    pub(crate) hello: Hello,
+}
+
+impl Shared {
+    pub(crate) fn new(hello: Hello) -> Self {
+        Shared {
+            sources: Mutex::default(),
+            counters: Counters::default(),
+            hello,
+        }
+    }
+
+    pub(crate) fn sources(&self) -> MutexGuard<'_, Sources> {
+        // Every update of the tables is a single insert: a panic elsewhere cannot leave them
+        // half-changed.
+        self.sources.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// Answers SIDR requests on `events` (the bound id's channel) until the channel fails or the
+/// device goes away.
+pub(crate) async fn answer_requests(events: CmEvents, shared: Arc<Shared>, local: SocketAddr) {
+    loop {
+        let mut event = match events.next().await {
+            Ok(event) => event,
+            Err(e) => {
+                tracing::warn!(%local, error = %e, "datagram socket: reading rdma_cm events failed");
+                return;
+            }
+        };
+        match event.kind {
+            ev::RDMA_CM_EVENT_CONNECT_REQUEST => answer(&mut event, &events, &shared, local),
+            ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                tracing::warn!(%local, "datagram socket: the RDMA device was removed");
+                return;
+            }
+            _ => tracing::debug!(
+                event = event.name(),
+                "ignoring rdma_cm event on a datagram socket"
+            ),
+        }
+    }
+}
+
+fn answer(event: &mut CmEvent, events: &CmEvents, shared: &Shared, local: SocketAddr) {
+    let Some(incoming) = event.incoming.take() else {
+        return;
+    };
+    // Dropping the request's id after the answer is fine: UD requests have no further events.
+    let id = CmId::adopt_incoming(incoming, events.channel().clone());
+    let peer = match id.peer_addr() {
+        Ok(peer) => peer,
+        Err(e) => {
+            tracing::debug!(%local, error = %e, "SIDR request without a peer address: ignored");
+            return;
+        }
+    };
+    match Hello::decode(&event.private_data) {
+        Some(hello) => shared
+            .sources()
+            .learn_peer(SocketAddr::new(peer.ip(), hello.port), hello.qpn),
+        None => shared.sources().learn_anonymous(peer),
+    }
+    if let Err(e) = id.accept_ud(shared.hello.qpn, &shared.hello.encode()) {
+        tracing::debug!(%local, %peer, error = %e, "answering a SIDR request failed");
+    } else {
+        tracing::debug!(%local, %peer, "answered a SIDR request");
+    }
+}
