@@ -1,0 +1,218 @@
+//! The example programs themselves against librdmacm's C tools (and the tonic pair against
+//! each other), as separate processes: what a user running them sees.
+//!
+//! The examples are built by `scripts/test` (`cargo build --examples`), which exports their
+//! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use rdma_async_tests::{guard, test_ip};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+/// Our example binary `name`.
+fn example(name: &str) -> String {
+    let dir = std::env::var("RDMA_ASYNC_EXAMPLES").unwrap_or_else(|_| {
+        panic!(
+            "RDMA_ASYNC_EXAMPLES is not set: run through scripts/test, which builds the examples"
+        )
+    });
+    let path = PathBuf::from(dir).join(name);
+    assert!(path.is_file(), "example {} was not built", path.display());
+    path.to_string_lossy().into_owned()
+}
+
+/// A running program whose output is read line by line.
+struct Tool {
+    name: String,
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    seen: String,
+}
+
+impl Tool {
+    /// Starts `program` (line-buffered through `stdbuf`, for the C tools' sake).
+    fn spawn(program: &str, args: &[&str]) -> Tool {
+        let mut child = Command::new("stdbuf")
+            .arg("-oL")
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {program}: {e}"));
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Tool {
+            name: program.rsplit('/').next().unwrap_or(program).to_owned(),
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Reads output until a line contains `marker`.
+    async fn wait_for(&mut self, marker: &str) {
+        let what = format!("{} prints {marker:?}", self.name);
+        loop {
+            match guard(&what, self.lines.next_line()).await.expect("output") {
+                Some(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(marker) {
+                        return;
+                    }
+                }
+                None => panic!(
+                    "{} ended before printing {marker:?}:\n{}",
+                    self.name, self.seen
+                ),
+            }
+        }
+    }
+
+    /// Waits for the program to exit; returns whether it succeeded and all it printed.
+    async fn finish(mut self) -> (bool, String) {
+        let what = format!("{} exits", self.name);
+        while let Some(line) = guard(&what, self.lines.next_line()).await.expect("output") {
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+        }
+        let mut stderr = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut stderr).await;
+        }
+        let status = guard(&what, self.child.wait()).await.expect("wait");
+        (status.success(), format!("{}{stderr}", self.seen))
+    }
+
+    /// As `finish`, asserting success and that the output contains each of `expected`.
+    async fn expect_success(self, expected: &[&str]) -> String {
+        let name = self.name.clone();
+        let (ok, text) = self.finish().await;
+        assert!(ok, "{name} failed:\n{text}");
+        for e in expected {
+            assert!(text.contains(e), "{name} did not print {e:?}:\n{text}");
+        }
+        text
+    }
+}
+
+/// Runs a client whose server is another process that gives no sign of being ready: retried
+/// (boundedly) while it fails, as a user would rerun it.
+async fn client_until_success(program: &str, args: &[&str], expected: &[&str]) -> String {
+    let mut last = String::new();
+    for _ in 0..50 {
+        let (ok, text) = Tool::spawn(program, args).finish().await;
+        if ok {
+            for e in expected {
+                assert!(text.contains(e), "{program} did not print {e:?}:\n{text}");
+            }
+            return text;
+        }
+        last = text;
+    }
+    panic!("{program} never succeeded; last output:\n{last}");
+}
+
+// udaddy's port is fixed (7174): its two tests take turns.
+static UDADDY_PORT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+#[rdma_async::test]
+async fn udaddy_example_server_with_c_client() {
+    let _turn = UDADDY_PORT.lock().await;
+    let ip = test_ip().to_string();
+    let mut server = Tool::spawn(&example("udaddy"), &["-b", &ip, "-C", "10", "-S", "100"]);
+    server.wait_for("receiving data transfers").await;
+    let client = Tool::spawn("udaddy", &["-s", &ip, "-b", &ip, "-C", "10", "-S", "100"]);
+    client
+        .expect_success(&["data transfers complete", "return status 0"])
+        .await;
+    server.expect_success(&["data transfers complete"]).await;
+}
+
+#[rdma_async::test]
+async fn udaddy_example_client_with_c_server() {
+    let _turn = UDADDY_PORT.lock().await;
+    let ip = test_ip().to_string();
+    let server = Tool::spawn("udaddy", &["-b", &ip, "-C", "10", "-S", "100"]);
+    client_until_success(
+        &example("udaddy"),
+        &["-s", &ip, "-b", &ip, "-C", "10", "-S", "100"],
+        &["data transfers complete", "return status 0"],
+    )
+    .await;
+    server
+        .expect_success(&["data transfers complete", "return status 0"])
+        .await;
+}
+
+#[rdma_async::test]
+async fn mckey_example_sender_with_c_receiver() {
+    let ip = test_ip().to_string();
+    let group = "239.77.1.1";
+    let mut receiver = Tool::spawn("mckey", &["-m", group, "-b", &ip, "-C", "10", "-S", "100"]);
+    receiver.wait_for("joined").await;
+    let sender = Tool::spawn(
+        &example("mckey"),
+        &["-m", group, "-b", &ip, "-s", "-C", "10", "-S", "100"],
+    );
+    sender.expect_success(&["return status 0"]).await;
+    receiver
+        .expect_success(&["data transfers complete", "return status 0"])
+        .await;
+}
+
+#[rdma_async::test]
+async fn mckey_example_receiver_with_c_sender() {
+    let ip = test_ip().to_string();
+    let group = "239.77.1.2";
+    let mut receiver = Tool::spawn(
+        &example("mckey"),
+        &["-m", group, "-b", &ip, "-C", "10", "-S", "100"],
+    );
+    receiver.wait_for("joined").await;
+    let sender = Tool::spawn(
+        "mckey",
+        &["-m", group, "-b", &ip, "-s", "-C", "10", "-S", "100"],
+    );
+    sender.expect_success(&["return status 0"]).await;
+    receiver
+        .expect_success(&["data transfers complete", "return status 0"])
+        .await;
+}
+
+#[rdma_async::test]
+async fn rstream_example_server_with_c_client() {
+    let ip = test_ip().to_string();
+    // A fixed port: the C client needs to know it, and rstream has no way to print it.
+    let port = "7481";
+    let server = Tool::spawn(
+        &example("rstream"),
+        &["-b", &ip, "-p", port, "-T", "v", "-S", "4096", "-C", "20"],
+    );
+    client_until_success(
+        "rstream",
+        &["-s", &ip, "-p", port, "-T", "v", "-S", "4096", "-C", "20"],
+        &["4k"],
+    )
+    .await;
+    server.expect_success(&["4k"]).await;
+}
+
+#[rdma_async::test]
+async fn greeter_examples_over_rdma() {
+    let addr = format!("{}:50071", test_ip());
+    let mut server = Tool::spawn(&example("greeter_server"), &[&addr]);
+    server.wait_for("greeter listening").await;
+    let client = Tool::spawn(&example("greeter_client"), &[&format!("http://{addr}")]);
+    client
+        .expect_success(&[
+            "unary: Hello RDMA!",
+            "stream: Hello RDMA, #0",
+            "stream: Hello RDMA, #2",
+        ])
+        .await;
+    server.wait_for("greeting RDMA from Some(").await;
+}
