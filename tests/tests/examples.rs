@@ -148,39 +148,29 @@ async fn udaddy_example_client_with_c_server() {
         .await;
 }
 
-#[rdma_async::test]
-async fn mckey_example_sender_with_c_receiver() {
+/// A multicast exchange: `receiver` joins `group`, then `sender` sends 10 datagrams to it.
+async fn mckey_exchange(receiver: &str, sender: &str, group: &str) {
     let ip = test_ip().to_string();
-    let group = "239.77.1.1";
-    let mut receiver = Tool::spawn("mckey", &["-m", group, "-b", &ip, "-C", "10", "-S", "100"]);
-    receiver.wait_for("joined").await;
-    let sender = Tool::spawn(
-        &example("mckey"),
-        &["-m", group, "-b", &ip, "-s", "-C", "10", "-S", "100"],
-    );
-    sender.expect_success(&["return status 0"]).await;
-    receiver
+    let common = ["-m", group, "-b", &ip, "-C", "10", "-S", "100"];
+    let mut receiving = Tool::spawn(receiver, &common);
+    receiving.wait_for("joined").await;
+    let mut sender_args = common.to_vec();
+    sender_args.push("-s");
+    let sending = Tool::spawn(sender, &sender_args);
+    sending.expect_success(&["return status 0"]).await;
+    receiving
         .expect_success(&["data transfers complete", "return status 0"])
         .await;
 }
 
 #[rdma_async::test]
+async fn mckey_example_sender_with_c_receiver() {
+    mckey_exchange("mckey", &example("mckey"), "239.77.1.1").await;
+}
+
+#[rdma_async::test]
 async fn mckey_example_receiver_with_c_sender() {
-    let ip = test_ip().to_string();
-    let group = "239.77.1.2";
-    let mut receiver = Tool::spawn(
-        &example("mckey"),
-        &["-m", group, "-b", &ip, "-C", "10", "-S", "100"],
-    );
-    receiver.wait_for("joined").await;
-    let sender = Tool::spawn(
-        "mckey",
-        &["-m", group, "-b", &ip, "-s", "-C", "10", "-S", "100"],
-    );
-    sender.expect_success(&["return status 0"]).await;
-    receiver
-        .expect_success(&["data transfers complete", "return status 0"])
-        .await;
+    mckey_exchange(&example("mckey"), "mckey", "239.77.1.2").await;
 }
 
 #[rdma_async::test]
