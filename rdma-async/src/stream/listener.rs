@@ -125,11 +125,11 @@ impl RListener {
     /// error of the listener itself is yielded once, then the stream ends, so a consumer that
     /// retries errors does not spin on a dead listener.
     pub fn into_incoming(self) -> Incoming {
-        Incoming {
-            listener: Arc::new(self),
-            accept: None,
-            done: false,
-        }
+        let listener = Arc::new(self);
+        Incoming::new(Box::new(move || {
+            let listener = listener.clone();
+            Box::pin(async move { listener.accept().await })
+        }))
     }
 }
 
@@ -137,15 +137,26 @@ type AcceptFuture = Pin<Box<dyn Future<Output = io::Result<(RStream, SocketAddr)
 
 /// The connections of an [`RListener`], from [`RListener::into_incoming`].
 pub struct Incoming {
-    listener: Arc<RListener>,
+    /// Starts the next accept (on the listener it owns).
+    next: Box<dyn FnMut() -> AcceptFuture + Send>,
     accept: Option<AcceptFuture>,
     done: bool,
+}
+
+impl Incoming {
+    fn new(next: Box<dyn FnMut() -> AcceptFuture + Send>) -> Self {
+        Incoming {
+            next,
+            accept: None,
+            done: false,
+        }
+    }
 }
 
 impl std::fmt::Debug for Incoming {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Incoming")
-            .field("listener", &self.listener)
+            .field("accepting", &self.accept.is_some())
             .field("done", &self.done)
             .finish()
     }
@@ -158,10 +169,8 @@ impl Stream for Incoming {
         if self.done {
             return Poll::Ready(None);
         }
-        let listener = self.listener.clone();
-        let accept = self
-            .accept
-            .get_or_insert_with(|| Box::pin(async move { listener.accept().await }));
+        let this = &mut *self;
+        let accept = this.accept.get_or_insert_with(&mut this.next);
         let result = ready!(accept.as_mut().poll(cx));
         self.accept = None;
         Poll::Ready(Some(match result {
@@ -171,5 +180,32 @@ impl Stream for Incoming {
                 Err(e)
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_listener_error_is_yielded_once_then_the_stream_ends() {
+        let mut accepts = 0;
+        let mut incoming = Incoming::new(Box::new(move || {
+            accepts += 1;
+            assert_eq!(accepts, 1, "accept was retried after the listener failed");
+            Box::pin(async { Err(io::Error::new(io::ErrorKind::NetworkDown, "device removed")) })
+        }));
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut incoming = Pin::new(&mut incoming);
+        match incoming.as_mut().poll_next(&mut cx) {
+            Poll::Ready(Some(Err(e))) => assert_eq!(e.kind(), io::ErrorKind::NetworkDown),
+            other => panic!("expected the listener's error, got {other:?}"),
+        }
+        for _ in 0..3 {
+            assert!(matches!(
+                incoming.as_mut().poll_next(&mut cx),
+                Poll::Ready(None)
+            ));
+        }
     }
 }
