@@ -2,12 +2,16 @@
 //!
 //! The loop follows `ibv_get_cq_event(3)`: poll; if empty, busy-poll for a bounded window; then
 //! arm, poll again (a completion that landed between the empty poll and the arm raises no event),
-//! and only then wait for the fd. On wake-up every pending channel event is read (the reactor is
-//! edge-triggered), counted, and acked in batches. Every call spends one unit of Tokio's
-//! cooperative budget, so a connection whose CQ is never empty still yields to other tasks.
+//! and only then wait for the fd. On wake-up the channel's event is read, counted, and acked in
+//! batches. Every call spends one unit of Tokio's cooperative budget, so a connection whose CQ is
+//! never empty still yields to other tasks.
+//!
+//! Arming is a system call on some providers (an ioctl on rxe), so the queue is armed only when
+//! no arm is outstanding: an arm lasts until its event is read from the channel.
 
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -25,12 +29,18 @@ use crate::wait::FdWaiter;
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
     busy_poll: Duration,
+    /// An arm is outstanding: the queue was armed and its event has not been read yet.
+    armed: AtomicBool,
 }
 
 impl AsyncCq {
     /// Wraps `cq`; `busy_poll` is how long an empty queue is polled before the task sleeps.
     pub(crate) fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> Self {
-        AsyncCq { cq, busy_poll }
+        AsyncCq {
+            cq,
+            busy_poll,
+            armed: AtomicBool::new(false),
+        }
     }
 
     /// A registration for one more waiting task.
@@ -59,21 +69,30 @@ impl AsyncCq {
             return Poll::Ready(Ok(n));
         }
         loop {
-            self.cq.req_notify()?;
+            if !self.armed.swap(true, Ordering::AcqRel)
+                && let Err(e) = self.cq.req_notify()
+            {
+                self.armed.store(false, Ordering::Release);
+                return Poll::Ready(Err(e));
+            }
             let n = self.cq.poll(out)?;
             if n > 0 {
                 coop.made_progress();
                 return Poll::Ready(Ok(n));
             }
             let mut guard = ready!(waiter.poll_readable(cx))?;
-            loop {
-                // Events are read from the channel itself; any waiter's duplicate reports them.
-                match guard.try_io(|_| self.cq.channel().get_event().map(|_| ())) {
-                    Ok(Ok(())) => self.cq.count_event(),
-                    Ok(Err(e)) => return Poll::Ready(Err(e)),
-                    // try_io cleared this waiter's readiness: the channel is drained.
-                    Err(_would_block) => break,
+            // Events are read from the channel itself; any waiter's duplicate reports them.
+            match guard.try_io(|_| self.cq.channel().get_event().map(|_| ())) {
+                Ok(Ok(())) => {
+                    // One arm raises one event, and the next arm comes after this read, so
+                    // the channel is now empty; a later event is a new edge for the reactor.
+                    self.armed.store(false, Ordering::Release);
+                    self.cq.count_event();
+                    guard.clear_ready();
                 }
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                // try_io cleared this waiter's readiness: another waiter read the event.
+                Err(_would_block) => {}
             }
         }
     }

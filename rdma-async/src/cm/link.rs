@@ -153,7 +153,9 @@ impl CmLink {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<()>> {
         loop {
-            if self.poll_events()? {
+            // Only the recorded state here: reading the channel is a system call, made only
+            // when the reactor says there is something to read.
+            if self.state().disconnected {
                 return Poll::Ready(Ok(()));
             }
             let mut guard = ready!(waiter.poll_readable(cx))?;
