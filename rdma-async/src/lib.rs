@@ -8,6 +8,8 @@
 //! - [`cm`]: connection management: [`cm::CmListener`], [`cm::ConnectRequest`],
 //!   [`cm::ConnParams`] (private data, retry counts, initiator depth, responder resources).
 //! - [`endpoint`]: [`endpoint::Endpoint`], messages over a reliable connected queue pair.
+//! - [`rdma`]: [`rdma::RdmaConnection`], verbs-level operations on registered memory: sends and
+//!   receives, one-sided RDMA reads and writes, atomics, with ownership-passing buffers.
 //! - [`device`]: the RDMA devices of this machine.
 //! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
 //!   rsockets' wire protocol.
@@ -50,6 +52,7 @@ mod error;
 #[cfg(any(feature = "hyper", feature = "axum"))]
 pub mod integration;
 pub(crate) mod proto;
+pub mod rdma;
 #[cfg(test)]
 mod sim;
 pub mod stream;

@@ -10,20 +10,28 @@
 mod async_fd;
 mod cm_id;
 mod comp_queue;
+mod device_attr;
 mod device_list;
 mod event_channel;
+mod in_flight;
 mod memory;
 mod protection_domain;
 mod queue_pair;
+mod shared_recv_queue;
 mod sockaddr;
 mod work;
 
 pub(crate) use async_fd::register_readable;
 pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
 pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
+pub(crate) use device_attr::IdDevice;
 pub(crate) use device_list::DeviceList;
 pub(crate) use event_channel::{CmEvent, EventChannel};
+pub(crate) use in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;
-pub(crate) use queue_pair::{Opcode, Payload, QpCaps, QueuePair, Segment, WorkRequest};
+pub(crate) use queue_pair::{
+    MAX_SEGMENTS, Opcode, Payload, QpCaps, QueuePair, Segment, WorkRequest,
+};
+pub(crate) use shared_recv_queue::SharedRecvQueue;
 pub(crate) use work::{WcStatus, WorkCompletion};

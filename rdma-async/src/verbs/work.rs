@@ -10,6 +10,7 @@ pub(crate) struct WcStatus(pub(crate) u32);
 impl WcStatus {
     pub(crate) const SUCCESS: WcStatus = WcStatus(st::IBV_WC_SUCCESS);
     pub(crate) const FLUSH: WcStatus = WcStatus(st::IBV_WC_WR_FLUSH_ERR);
+    pub(crate) const REMOTE_ACCESS: WcStatus = WcStatus(st::IBV_WC_REM_ACCESS_ERR);
 
     pub(crate) fn is_success(self) -> bool {
         self == Self::SUCCESS
@@ -34,6 +35,9 @@ pub(crate) struct WorkCompletion {
     /// The immediate data (host order) of a receive completion that carried one.
     pub(crate) imm_data: Option<u32>,
     pub(crate) vendor_err: u32,
+    /// The local queue pair the completion belongs to (which connection, for a shared receive
+    /// queue).
+    pub(crate) qp_num: u32,
 }
 
 impl WorkCompletion {
@@ -43,6 +47,7 @@ impl WorkCompletion {
         byte_len: 0,
         imm_data: None,
         vendor_err: 0,
+        qp_num: 0,
     };
 
     pub(super) fn from_sys(wc: &sys::ibv_wc) -> Self {
@@ -54,6 +59,7 @@ impl WorkCompletion {
             imm_data: (wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM != 0)
                 .then(|| u32::from_be(unsafe { wc.__bindgen_anon_1.imm_data })),
             vendor_err: wc.vendor_err,
+            qp_num: wc.qp_num,
         }
     }
 }
