@@ -2,8 +2,8 @@
 //! the C tool.
 //!
 //! ```text
-//! rping -s [-vVdP] [-S size] [-C count] [-a addr] [-p port]
-//! rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]
+//! rping -s [-vVdP] [-S size] [-C count] [-a addr] [-p port] [-t tos]
+//! rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port] [-t tos]
 //! ```
 //!
 //! Each ping: the client fills its start buffer with `rdma-ping-N: ` and a rotating run of
@@ -18,7 +18,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 
-use rdma_async::cm::{CmListener, ConnParams};
+use rdma_async::cm::{CmListener, ConnParams, IdOptions};
 use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion, SharedRegion};
 
 /// rping's `RPING_BUFSIZE`: pings are smaller than this.
@@ -40,6 +40,7 @@ pub struct Args {
     validate: bool,
     debug: bool,
     persistent: bool,
+    tos: Option<u8>,
 }
 
 fn usage() -> ExitCode {
@@ -66,6 +67,7 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
         validate: false,
         debug: false,
         persistent: false,
+        tos: None,
     };
     let mut side = None;
     let mut it = argv.into_iter();
@@ -97,7 +99,7 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
                         }
                         args.size = size;
                     }
-                    // rping's -t (type of service) takes a value; see `RdmaOptions`.
+                    't' => args.tos = Some(value.parse().map_err(|e| format!("-t {value}: {e}"))?),
                     _ => {}
                 }
                 break;
@@ -122,12 +124,20 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
     Ok(args)
 }
 
-fn options() -> RdmaOptions {
+fn id_options(args: &Args) -> IdOptions {
+    match args.tos {
+        Some(tos) => IdOptions::new().type_of_service(tos),
+        None => IdOptions::new(),
+    }
+}
+
+fn options(args: &Args) -> RdmaOptions {
     // rping's queue pair: 16 sends, 2 receives; one RDMA read outstanding each way.
     RdmaOptions::new()
         .send_depth(16)
         .recv_depth(2)
         .conn_params(ConnParams::new().responder_resources(1).initiator_depth(1))
+        .id_options(id_options(args))
 }
 
 /// The bytes of ping `n`: rping's prefix, then letters `start`.. rotating through 'A'..='z',
@@ -180,7 +190,7 @@ pub async fn run_client(args: &Args) -> io::Result<()> {
     let Some(ip) = args.addr else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "no -a address"));
     };
-    let mut opts = options();
+    let mut opts = options(args);
     if let Some(bind) = args.bind {
         opts = opts.bind(SocketAddr::new(bind, 0));
     }
@@ -295,7 +305,8 @@ async fn serve(args: &Args, conn: RdmaConnection) -> io::Result<()> {
 /// The server: serves one client (`-P`: any number, one task each).
 pub async fn run_server(args: &Args) -> io::Result<()> {
     let ip = args.addr.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let listener = CmListener::bind(SocketAddr::new(ip, args.port)).await?;
+    let addr = SocketAddr::new(ip, args.port);
+    let listener = CmListener::bind_with(addr, 3, &id_options(args)).await?;
     debug(args, || format!("rdma_listen on {}", listener.local_addr()));
     serve_listener(args, listener).await
 }
@@ -304,7 +315,7 @@ pub async fn run_server(args: &Args) -> io::Result<()> {
 pub async fn serve_listener(args: &Args, listener: CmListener) -> io::Result<()> {
     loop {
         let request = listener.accept_request().await?;
-        let conn = RdmaConnection::accept(request, &options()).await?;
+        let conn = RdmaConnection::accept(request, &options(args)).await?;
         debug(args, || {
             format!("accepted {} ({})", conn.peer_addr(), conn.device_name())
         });
@@ -361,7 +372,8 @@ mod tests {
         assert!(!a.server && a.verbose && a.validate && a.debug);
         assert_eq!(a.addr, Some("10.0.0.1".parse().unwrap()));
         assert_eq!((a.count, a.size, a.port), (Some(10), 100, 9000));
-        let a = parse("-s -P").unwrap();
+        let a = parse("-s -P -t 32").unwrap();
+        assert_eq!(a.tos, Some(32));
         assert!(a.server && a.persistent && a.count.is_none());
         assert!(parse("-c").is_err(), "the client needs an address");
         assert!(parse("-s -S 10").is_err(), "below rping's minimum size");
