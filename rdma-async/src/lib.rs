@@ -10,6 +10,8 @@
 //! - [`endpoint`]: [`endpoint::Endpoint`], messages over a reliable connected queue pair.
 //! - [`datagram`]: [`datagram::RDatagram`], unreliable datagrams and multicast, used like
 //!   `tokio::net::UdpSocket`.
+//! - [`rdma`]: [`rdma::RdmaConnection`], verbs-level operations on registered memory: sends and
+//!   receives, one-sided RDMA reads and writes, atomics, with ownership-passing buffers.
 //! - [`device`]: the RDMA devices of this machine.
 //! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
 //!   rsockets' wire protocol.
@@ -53,6 +55,7 @@ mod error;
 #[cfg(any(feature = "hyper", feature = "axum"))]
 pub mod integration;
 pub(crate) mod proto;
+pub mod rdma;
 #[cfg(test)]
 mod sim;
 pub mod stream;

@@ -1,7 +1,12 @@
-//! Tests for `#[rdma_async::test]` and `#[rdma_async::main]`.
+//! Tests for `#[rdma_async::test]` and `#[rdma_async::main]`, and for what the
+//! type system rules out in `rdma_async::rdma`.
 //!
-//! - `ui`: the macros' compile errors, checked with trybuild against the
-//!   `.stderr` files in `tests/ui` (regenerate with `TRYBUILD=overwrite`).
+//! - `ui`: compile errors, checked with trybuild against the `.stderr` files in
+//!   `tests/ui` (regenerate with `TRYBUILD=overwrite`): the macros' diagnostics,
+//!   and misuse of registered regions (touching one while an operation owns it,
+//!   a view kept across an operation, a reference into peer-writable memory,
+//!   non-byte registrations, outside implementations of `RegisteredBytes`, an
+//!   operation outliving its connection).
 //! - The `#[rdma_async::test]` functions below are compiled as real tests,
 //!   which type-checks the expansion (trybuild builds its files without
 //!   `--test`, where test functions are stripped before type checking).

@@ -124,3 +124,24 @@ where
     }
     panic!("the C server never started listening");
 }
+
+/// A connected pair of [`rdma_async::rdma::RdmaConnection`]s (server, client) on the test address.
+pub async fn rdma_pair(
+    opts: &rdma_async::rdma::RdmaOptions,
+) -> (
+    rdma_async::rdma::RdmaConnection,
+    rdma_async::rdma::RdmaConnection,
+) {
+    use rdma_async::rdma::RdmaConnection;
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = async {
+        let request = listener.accept_request().await?;
+        RdmaConnection::accept(request, opts).await
+    };
+    let (server, client) = guard("RDMA connection", async {
+        tokio::join!(server, RdmaConnection::connect(addr, opts))
+    })
+    .await;
+    (server.expect("accept"), client.expect("connect"))
+}

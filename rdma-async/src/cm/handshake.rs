@@ -14,6 +14,7 @@ use rdma_async_sys::rdma_cm_event_type as ev;
 
 use super::error::event_error;
 use super::events::CmEvents;
+use super::id_options::IdOptions;
 use super::link::CmLink;
 use super::params::{ConnParams, MAX_CONNECT_PRIVATE_DATA};
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
@@ -27,6 +28,8 @@ pub(crate) struct DialOptions {
     pub(crate) resolve_timeout: Duration,
     /// A bound on the whole connect, per address tried.
     pub(crate) connect_timeout: Option<Duration>,
+    /// `rdma_set_option` options of the id.
+    pub(crate) id: IdOptions,
 }
 
 impl Default for DialOptions {
@@ -35,6 +38,7 @@ impl Default for DialOptions {
             bind: None,
             resolve_timeout: Duration::from_secs(2),
             connect_timeout: None,
+            id: IdOptions::default(),
         }
     }
 }
@@ -58,6 +62,13 @@ macro_rules! dial_setters {
         /// The local address to connect from.
         pub fn bind(mut self, addr: std::net::SocketAddr) -> Self {
             self.dial.bind = Some(addr);
+            self
+        }
+
+        /// `rdma_set_option` options of the connection's rdma_cm id (type of service, address
+        /// reuse, IPv6-only, ACK timeout).
+        pub fn id_options(mut self, options: $crate::cm::IdOptions) -> Self {
+            self.dial.id = options;
             self
         }
     };
@@ -113,6 +124,7 @@ async fn connect_steps<R>(
     let channel = Arc::new(EventChannel::new()?);
     let events = CmEvents::new(channel.clone())?;
     let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
+    dial.id.apply(&id)?;
     let ms = timeout_ms(dial.resolve_timeout);
     let peer = Some(dst);
 

@@ -168,6 +168,20 @@ impl CmLink {
         }
     }
 
+    /// Runs `post` unless the connection is closed or closing, holding the state lock so that a
+    /// disconnect (which moves the queue pair to the error state) happens either before (and
+    /// `None` is returned) or after the work request is posted, which it then flushes. Some
+    /// providers never complete receives posted to a queue pair already in the error state.
+    pub(crate) fn while_open<R>(&self, post: impl FnOnce() -> R) -> Option<R> {
+        let state = self.state();
+        if state.disconnected || state.local_disconnect {
+            return None;
+        }
+        let out = post();
+        drop(state);
+        Some(out)
+    }
+
     /// Whether the connection is known to be closed.
     pub(crate) fn is_disconnected(&self) -> bool {
         self.state().disconnected

@@ -9,6 +9,7 @@ use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
 use super::events::CmEvents;
+use super::id_options::IdOptions;
 use super::request::ConnectRequest;
 use super::resolve::resolve;
 use crate::verbs::{CmId, EventChannel, PortSpace};
@@ -60,9 +61,28 @@ impl CmListener {
     ///
     /// Cancel safe.
     pub async fn bind_with_backlog<A: ToSocketAddrs>(addr: A, backlog: i32) -> io::Result<Self> {
+        Self::bind_with(addr, backlog, &IdOptions::default()).await
+    }
+
+    /// As [`Self::bind`], with the listen backlog and `rdma_set_option` options (address reuse,
+    /// IPv6-only, type of service; an ACK timeout is set on accepted ids by the accepting type's
+    /// options).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::bind`]; the OS error of `rdma_set_option`.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn bind_with<A: ToSocketAddrs>(
+        addr: A,
+        backlog: i32,
+        options: &IdOptions,
+    ) -> io::Result<Self> {
         let mut last = None;
         for addr in resolve(addr).await? {
-            match Self::bind_one(addr, backlog) {
+            match Self::bind_one(addr, backlog, options) {
                 Ok(listener) => return Ok(listener),
                 Err(e) => last = Some(e),
             }
@@ -71,10 +91,11 @@ impl CmListener {
             .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
     }
 
-    fn bind_one(addr: SocketAddr, backlog: i32) -> io::Result<Self> {
+    fn bind_one(addr: SocketAddr, backlog: i32, options: &IdOptions) -> io::Result<Self> {
         let channel = Arc::new(EventChannel::new()?);
         let events = CmEvents::new(channel.clone())?;
         let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
+        options.apply(&id)?;
         id.bind_addr(addr)?;
         id.listen(backlog)?;
         let local = id.local_addr()?;

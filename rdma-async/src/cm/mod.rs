@@ -19,6 +19,7 @@
 mod error;
 mod events;
 pub(crate) mod handshake;
+mod id_options;
 pub(crate) mod link;
 mod listener;
 mod params;
@@ -27,6 +28,7 @@ pub(crate) mod resolve;
 
 pub use error::CmError;
 pub(crate) use events::CmEvents;
+pub use id_options::IdOptions;
 pub use listener::CmListener;
 pub use params::{
     ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,

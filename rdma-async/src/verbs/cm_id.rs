@@ -295,6 +295,24 @@ impl CmId {
         Ok(())
     }
 
+    /// `rdma_set_option` at `RDMA_OPTION_ID` with the bytes of the option's C value.
+    pub(crate) fn set_option(&self, name: u32, value: &mut [u8]) -> io::Result<()> {
+        // SAFETY: the id is valid; `value` is readable for its length during the call.
+        let ret = unsafe {
+            sys::rdma_set_option(
+                self.raw.as_ptr(),
+                sys::_bindgen_ty_25::RDMA_OPTION_ID as i32,
+                name as i32,
+                value.as_mut_ptr().cast(),
+                value.len(),
+            )
+        };
+        if ret != 0 {
+            return Err(error::last_error("rdma_set_option"));
+        }
+        Ok(())
+    }
+
     pub(crate) fn local_addr(&self) -> io::Result<SocketAddr> {
         // SAFETY: the id is valid; the returned pointer points into it.
         let sa = unsafe { sys::rdma_async_get_local_addr(self.raw.as_ptr()) };

@@ -75,6 +75,34 @@ impl DeviceList {
     }
 }
 
+impl DeviceList {
+    /// Opens device `index` of the list and queries it and its ports (`ibv_devinfo`).
+    pub(crate) fn query(
+        &self,
+        index: usize,
+    ) -> io::Result<(sys::ibv_device_attr, Vec<sys::ibv_port_attr>)> {
+        if index >= self.len {
+            return Err(error::invalid_input("no such device"));
+        }
+        // SAFETY: `index < len`, so the slot is inside the list's array.
+        let slot = unsafe { self.raw.as_ptr().add(index) };
+        // SAFETY: the list holds `len` initialised device pointers while it is alive.
+        let dev = unsafe { slot.read() };
+        // SAFETY: `dev` is a live device of the list (or NULL, which ibv_open_device rejects).
+        let ctx = NonNull::new(unsafe { sys::ibv_open_device(dev) })
+            .ok_or_else(|| error::last_error("ibv_open_device"))?;
+        let result = super::device_attr::query_device(ctx).and_then(|attr| {
+            let ports = (1..=attr.phys_port_cnt)
+                .map(|port| super::device_attr::query_port(ctx, port))
+                .collect::<io::Result<Vec<_>>>()?;
+            Ok((attr, ports))
+        });
+        // SAFETY: opened above and closed once; nothing created on it outlives this call.
+        unsafe { sys::ibv_close_device(ctx.as_ptr()) };
+        result
+    }
+}
+
 impl Drop for DeviceList {
     fn drop(&mut self) {
         // SAFETY: the list came from ibv_get_device_list and is freed once.

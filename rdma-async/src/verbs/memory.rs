@@ -1,4 +1,5 @@
-//! Registered memory owned by the crate.
+//! Registered memory owned by the crate: page-aligned allocations, or a caller's `Vec<u8>` whose
+//! ownership moves in for as long as it is registered.
 
 use std::alloc::{self, Layout};
 use std::io;
@@ -10,7 +11,7 @@ use rdma_async_sys as sys;
 use super::protection_domain::ProtectionDomain;
 use crate::error;
 
-/// A page-aligned heap buffer registered with a protection domain.
+/// A heap buffer registered with a protection domain (page-aligned when the crate allocates it).
 ///
 /// The device may write this memory at any time while a receive (or, with remote-write access,
 /// a peer's RDMA write) is outstanding, so no Rust reference to it is ever created: data moves in
@@ -20,9 +21,21 @@ use crate::error;
 #[derive(Debug)]
 pub(crate) struct RegisteredBuffer {
     ptr: NonNull<u8>,
-    layout: Layout,
+    len: usize,
+    backing: Backing,
+    access: Access,
     mr: NonNull<sys::ibv_mr>,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
+}
+
+/// Who frees the memory, and how.
+#[derive(Debug)]
+enum Backing {
+    /// `alloc_zeroed` with this layout.
+    Allocated(Layout),
+    /// The parts of a `Vec<u8>` (length `len`, this capacity), taken apart so that no `Vec` (and
+    /// so no unique reference) exists while the device owns the bytes.
+    Vec { capacity: usize },
 }
 
 // SAFETY: the buffer is plain memory plus a thread-safe verbs registration; all access goes
@@ -36,6 +49,47 @@ unsafe impl Sync for RegisteredBuffer {}
 pub(crate) struct Access {
     pub(crate) remote_read: bool,
     pub(crate) remote_write: bool,
+    /// `IBV_ACCESS_REMOTE_ATOMIC`: the peer may compare-and-swap and fetch-and-add 8-byte words.
+    pub(crate) remote_atomic: bool,
+}
+
+impl Access {
+    /// Whether a peer can reach the memory at all.
+    pub(crate) fn is_remote(self) -> bool {
+        self.remote_read || self.remote_write || self.remote_atomic
+    }
+
+    fn flags(self) -> i32 {
+        let mut flags = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+        if self.remote_read {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
+        }
+        if self.remote_write {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        }
+        if self.remote_atomic {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        }
+        flags as i32
+    }
+}
+
+/// Registers `len` bytes at `ptr`; `None` (with errno set) on failure.
+///
+/// # Safety
+///
+/// `ptr..ptr + len` must be one live allocation that stays allocated until the returned
+/// registration is deregistered.
+unsafe fn register(
+    pd: &ProtectionDomain,
+    ptr: NonNull<u8>,
+    len: usize,
+    access: Access,
+) -> Option<NonNull<sys::ibv_mr>> {
+    // SAFETY: `pd` is live; the caller guarantees the memory outlives the registration.
+    NonNull::new(unsafe {
+        sys::rdma_async_reg_mr(pd.as_ptr(), ptr.as_ptr().cast(), len, access.flags())
+    })
 }
 
 impl RegisteredBuffer {
@@ -51,24 +105,9 @@ impl RegisteredBuffer {
                 "cannot allocate registered buffer",
             )
         })?;
-        let mut flags = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
-        if access.remote_read {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
-        }
-        if access.remote_write {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
-        }
-        // SAFETY: `pd` is live; the memory is a live allocation of `layout.size()` bytes that
-        // stays allocated until after the registration is dropped.
-        let mr = unsafe {
-            sys::rdma_async_reg_mr(
-                pd.as_ptr(),
-                ptr.as_ptr().cast(),
-                layout.size(),
-                flags as i32,
-            )
-        };
-        let Some(mr) = NonNull::new(mr) else {
+        // SAFETY: the memory is a live allocation of `layout.size()` bytes that stays allocated
+        // until after the registration is dropped.
+        let Some(mr) = (unsafe { register(&pd, ptr, layout.size(), access) }) else {
             let err = error::last_error("ibv_reg_mr");
             // SAFETY: allocated above with this layout and not registered.
             unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
@@ -76,14 +115,114 @@ impl RegisteredBuffer {
         };
         Ok(RegisteredBuffer {
             ptr,
-            layout,
+            len: layout.size(),
+            backing: Backing::Allocated(layout),
+            access,
             mr,
-            _pd: pd,
+            pd,
         })
     }
 
+    /// Registers the bytes of `vec` (its length, not its spare capacity), taking ownership of it
+    /// until [`Self::into_vec`].
+    pub(crate) fn from_vec(
+        pd: Arc<ProtectionDomain>,
+        vec: Vec<u8>,
+        access: Access,
+    ) -> io::Result<Self> {
+        if vec.is_empty() {
+            return Err(error::invalid_input("cannot register an empty buffer"));
+        }
+        let mut vec = std::mem::ManuallyDrop::new(vec);
+        let (len, capacity) = (vec.len(), vec.capacity());
+        let ptr = NonNull::new(vec.as_mut_ptr())
+            .ok_or_else(|| error::invalid_input("vector has no allocation"))?;
+        // SAFETY: `ptr` is the vector's live allocation of at least `len` bytes; it is freed only
+        // in `Drop`/`into_vec`, after deregistration.
+        let Some(mr) = (unsafe { register(&pd, ptr, len, access) }) else {
+            let err = error::last_error("ibv_reg_mr");
+            // SAFETY: the parts of the vector taken apart above, never registered.
+            drop(unsafe { Vec::from_raw_parts(ptr.as_ptr(), len, capacity) });
+            return Err(err);
+        };
+        Ok(RegisteredBuffer {
+            ptr,
+            len,
+            backing: Backing::Vec { capacity },
+            access,
+            mr,
+            pd,
+        })
+    }
+
+    /// Deregisters the memory and returns it as a vector (a copy when the crate allocated it,
+    /// or when deregistration failed and the original must be leaked).
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        let this = std::mem::ManuallyDrop::new(self);
+        // SAFETY: the registration is live and deregistered once; `this` is never dropped.
+        let deregistered = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) } == 0;
+        // SAFETY: reading the Arc out of a ManuallyDrop that is never used again moves it.
+        drop(unsafe { std::ptr::read(&this.pd) });
+        match (deregistered, &this.backing) {
+            // SAFETY: the vector's own parts; deregistered above, so nothing else can write it.
+            (true, Backing::Vec { capacity }) => unsafe {
+                Vec::from_raw_parts(this.ptr.as_ptr(), this.len, *capacity)
+            },
+            (_, backing) => {
+                let mut out = vec![0; this.len];
+                // SAFETY: the allocation is live for `len` bytes; `out` is separate memory.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(this.ptr.as_ptr(), out.as_mut_ptr(), this.len)
+                };
+                match backing {
+                    // SAFETY: allocated in `new` with this layout, no longer registered.
+                    Backing::Allocated(layout) if deregistered => unsafe {
+                        alloc::dealloc(this.ptr.as_ptr(), *layout)
+                    },
+                    // Still registered (a peer might write it): leak it.
+                    _ => tracing::warn!("ibv_dereg_mr failed; leaking the memory"),
+                }
+                out
+            }
+        }
+    }
+
+    /// The access rights the memory was registered with.
+    pub(crate) fn access(&self) -> Access {
+        self.access
+    }
+
+    /// The protection domain the memory is registered with.
+    pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self.pd
+    }
+
     pub(crate) fn len(&self) -> usize {
-        self.layout.size()
+        self.len
+    }
+
+    /// A view of the bytes, only for memory that no peer can reach.
+    ///
+    /// # Safety
+    ///
+    /// No work request may be outstanding on this memory while the view lives (the device could
+    /// write it).
+    pub(crate) unsafe fn local_slice(&self) -> Option<&[u8]> {
+        // SAFETY: without remote access only this process's work requests can write the memory,
+        // and the caller guarantees none is outstanding; `ptr..ptr + len` is live.
+        (!self.access.is_remote())
+            .then(|| unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// A mutable view of the bytes, only for memory that no peer can reach.
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::local_slice`].
+    pub(crate) unsafe fn local_slice_mut(&mut self) -> Option<&mut [u8]> {
+        // SAFETY: as in `local_slice`; `&mut self` makes the view unique.
+        (!self.access.is_remote())
+            .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 
     /// The address of byte `offset`, for a scatter/gather entry.
@@ -155,8 +294,20 @@ impl RegisteredBuffer {
 impl Drop for RegisteredBuffer {
     fn drop(&mut self) {
         // SAFETY: the registration is live and dropped once, before the memory it covers.
-        unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) };
-        // SAFETY: allocated in `new` with `self.layout`; no reference into it exists.
-        unsafe { alloc::dealloc(self.ptr.as_ptr(), self.layout) };
+        if unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) } != 0 {
+            // Still registered: a peer or the device might write it. Leak it.
+            tracing::warn!(len = self.len, "ibv_dereg_mr failed; leaking the memory");
+            return;
+        }
+        match self.backing {
+            // SAFETY: allocated in `new` with this layout; no reference into it exists.
+            Backing::Allocated(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) },
+            Backing::Vec { capacity } => {
+                // SAFETY: the parts of the vector `from_vec` took apart; no reference into it
+                // exists.
+                let vec = unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, capacity) };
+                drop(vec);
+            }
+        }
     }
 }

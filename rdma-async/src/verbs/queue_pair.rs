@@ -2,7 +2,9 @@
 //!
 //! Posting is safe here because the queue pair owns every buffer it can post from: work requests
 //! name a buffer by index and a range that is checked against it, and `Drop` destroys the queue
-//! pair (after which the device touches none of its buffers) before the buffers are freed.
+//! pair (after which the device touches none of its buffers) before the buffers are freed. Caller
+//! memory is posted the same way: it moves into a slot of the queue pair's [`InFlightTable`]
+//! first, and that table (an `Arc` the queue pair holds) outlives the queue pair.
 
 use std::io;
 use std::ptr::{self, NonNull};
@@ -12,8 +14,10 @@ use rdma_async_sys as sys;
 
 use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
+use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::memory::RegisteredBuffer;
 use super::protection_domain::ProtectionDomain;
+use super::shared_recv_queue::SharedRecvQueue;
 use crate::error;
 
 /// Queue sizes requested for a queue pair.
@@ -33,6 +37,12 @@ pub(crate) struct QueuePair {
     qp_num: u32,
     max_inline_data: u32,
     buffers: Vec<RegisteredBuffer>,
+    /// Caller memory of outstanding work requests (declared after nothing that could free it
+    /// early: the queue pair is destroyed in `Drop::drop`, before any field is dropped).
+    table: Option<Arc<InFlightTable>>,
+    srq: Option<Arc<SharedRecvQueue>>,
+    max_send_sge: u32,
+    max_recv_sge: u32,
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
@@ -76,6 +86,21 @@ pub(crate) enum Opcode {
         rkey: u32,
         imm: Option<u32>,
     },
+    /// An RDMA read of the peer's memory at `remote_addr` into the scatter list.
+    Read { remote_addr: u64, rkey: u32 },
+    /// An atomic compare-and-swap of the peer's 8-byte word; the old value lands in the list.
+    CompareSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+    /// An atomic fetch-and-add of the peer's 8-byte word; the old value lands in the list.
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
 }
 
 /// One work request for the send queue.
@@ -87,8 +112,9 @@ pub(crate) struct WorkRequest<'a> {
     pub(crate) signaled: bool,
 }
 
-/// Most gather entries a work request may carry (a ring buffer's wrap needs two).
-pub(crate) const MAX_SEGMENTS: usize = 2;
+/// Most scatter/gather entries a work request may carry (a ring buffer's wrap needs two; the
+/// vectored operations of caller memory up to this many).
+pub(crate) const MAX_SEGMENTS: usize = 16;
 
 impl QueuePair {
     /// Creates the RC queue pair of `id` on `pd`. `buffers` must be registered on `pd`.
@@ -100,6 +126,46 @@ impl QueuePair {
         buffers: Vec<RegisteredBuffer>,
     ) -> io::Result<Self> {
         let id = pd.id().clone();
+        Self::create(id, pd, send_cq, recv_cq, caps, 1, buffers, None, None)
+    }
+
+    /// Creates the RC queue pair of `id` on `pd` (which may belong to another id on the same
+    /// device) that posts caller memory through `table`, and receives from `srq` when given.
+    /// `recv_sge` is the scatter entries per receive.
+    pub(crate) fn for_caller_memory(
+        id: Arc<CmId>,
+        pd: Arc<ProtectionDomain>,
+        cq: Arc<CompletionQueue>,
+        caps: QpCaps,
+        recv_sge: u32,
+        table: Arc<InFlightTable>,
+        srq: Option<Arc<SharedRecvQueue>>,
+    ) -> io::Result<Self> {
+        Self::create(
+            id,
+            pd,
+            cq.clone(),
+            cq,
+            caps,
+            recv_sge,
+            Vec::new(),
+            Some(table),
+            srq,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        id: Arc<CmId>,
+        pd: Arc<ProtectionDomain>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        caps: QpCaps,
+        recv_sge: u32,
+        buffers: Vec<RegisteredBuffer>,
+        table: Option<Arc<InFlightTable>>,
+        srq: Option<Arc<SharedRecvQueue>>,
+    ) -> io::Result<Self> {
         // SAFETY: ibv_qp_init_attr is plain old data; zero is valid for every field.
         let mut attr: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
         attr.send_cq = send_cq.as_ptr();
@@ -107,8 +173,18 @@ impl QueuePair {
         attr.cap.max_send_wr = caps.max_send_wr;
         attr.cap.max_recv_wr = caps.max_recv_wr;
         attr.cap.max_send_sge = caps.max_send_sge.clamp(1, MAX_SEGMENTS as u32);
-        attr.cap.max_recv_sge = 1;
+        attr.cap.max_recv_sge = recv_sge.clamp(1, MAX_SEGMENTS as u32);
         attr.cap.max_inline_data = caps.max_inline_data;
+        if let Some(srq) = &srq {
+            if !Arc::ptr_eq(srq.pd(), &pd) {
+                return Err(error::invalid_input(
+                    "the shared receive queue belongs to another protection domain",
+                ));
+            }
+            attr.srq = srq.as_ptr();
+            attr.cap.max_recv_wr = 0;
+            attr.cap.max_recv_sge = 0;
+        }
         attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
         attr.sq_sig_all = 0;
         // SAFETY: id, pd and CQs are live and on the same device; `attr` is initialised.
@@ -125,6 +201,10 @@ impl QueuePair {
             qp_num,
             max_inline_data: attr.cap.max_inline_data,
             buffers,
+            table,
+            srq,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _pd: pd,
@@ -213,32 +293,7 @@ impl QueuePair {
         };
         wr.sg_list = sges.as_mut_ptr();
         wr.num_sge = num_sge as i32;
-        let imm = match req.opcode {
-            Opcode::Send { imm } => {
-                wr.opcode = if imm.is_some() {
-                    sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
-                } else {
-                    sys::ibv_wr_opcode::IBV_WR_SEND
-                };
-                imm
-            }
-            Opcode::Write {
-                remote_addr,
-                rkey,
-                imm,
-            } => {
-                wr.opcode = if imm.is_some() {
-                    sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-                } else {
-                    sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
-                };
-                wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-                imm
-            }
-        };
-        if let Some(imm) = imm {
-            wr.__bindgen_anon_1.imm_data = imm.to_be();
-        }
+        set_opcode(&mut wr, req.opcode);
         if req.signaled {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
         }
@@ -280,6 +335,266 @@ impl QueuePair {
         }
         Ok(())
     }
+}
+
+/// Checks `segments` against the buffers they index and builds their scatter/gather entries.
+fn held_sges(
+    held: &Held,
+    segments: &[Segment],
+    max: u32,
+    sges: &mut [sys::ibv_sge; MAX_SEGMENTS],
+) -> io::Result<usize> {
+    if segments.len() > max as usize || segments.len() > MAX_SEGMENTS {
+        return Err(error::invalid_input(format!(
+            "{} scatter/gather segments; this queue pair takes at most {max}",
+            segments.len()
+        )));
+    }
+    for (sge, seg) in sges.iter_mut().zip(segments) {
+        let buf = held
+            .get(seg.buffer)
+            .ok_or_else(|| error::invalid_input(format!("no buffer {}", seg.buffer)))?
+            .registered();
+        if seg
+            .offset
+            .checked_add(seg.len)
+            .is_none_or(|end| end > buf.len())
+        {
+            return Err(error::invalid_input(format!(
+                "range {}..{} is outside the {}-byte region",
+                seg.offset,
+                seg.offset.saturating_add(seg.len),
+                buf.len()
+            )));
+        }
+        *sge = sys::ibv_sge {
+            addr: buf.addr(seg.offset),
+            length: u32::try_from(seg.len)
+                .map_err(|_| error::invalid_input("a segment is longer than 4 GiB"))?,
+            lkey: buf.lkey(),
+        };
+    }
+    Ok(segments.len())
+}
+
+impl QueuePair {
+    fn caller_table(&self) -> io::Result<&Arc<InFlightTable>> {
+        self.table
+            .as_ref()
+            .ok_or_else(|| error::invalid_input("this queue pair posts only its own buffers"))
+    }
+
+    /// Moves `held` into the in-flight table and posts a signaled send-queue work request over
+    /// `segments` of it. On failure nothing was posted and the buffers come back.
+    pub(crate) fn post_caller(
+        &self,
+        opcode: Opcode,
+        held: Held,
+        segments: &[Segment],
+    ) -> Result<Ticket, (io::Error, Held)> {
+        let table = match self.caller_table() {
+            Ok(t) => t,
+            Err(e) => return Err((e, held)),
+        };
+        let mut sges = [sys::ibv_sge {
+            addr: 0,
+            length: 0,
+            lkey: 0,
+        }; MAX_SEGMENTS];
+        let num_sge = match held_sges(&held, segments, self.max_send_sge, &mut sges) {
+            Ok(n) => n,
+            Err(e) => return Err((e, held)),
+        };
+        let (ticket, wr_id) = table.insert(held, WorkQueue::Send)?;
+        let req = RawSend { wr_id, opcode };
+        if let Err(e) = self.post_raw(&req, &mut sges, num_sge) {
+            return Err((e, table.take_back(ticket)));
+        }
+        Ok(ticket)
+    }
+
+    fn post_raw(
+        &self,
+        req: &RawSend,
+        sges: &mut [sys::ibv_sge; MAX_SEGMENTS],
+        num_sge: usize,
+    ) -> io::Result<()> {
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = req.wr_id;
+        wr.sg_list = sges.as_mut_ptr();
+        wr.num_sge = num_sge as i32;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+        set_opcode(&mut wr, req.opcode);
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live. Every entry covers a checked range of a buffer that the table
+        // holds until this request's completion is polled, and the table outlives the QP (the QP
+        // holds an `Arc` to it). Remote addresses are the peer's memory, which the device reaches
+        // only through the peer's rkey.
+        let ret = unsafe { sys::rdma_async_post_send(self.raw(), &mut wr, &mut bad) };
+        if ret != 0 {
+            return Err(error::call_error("ibv_post_send", ret));
+        }
+        Ok(())
+    }
+
+    /// Moves `held` into the in-flight table and posts a receive scattering into `segments`.
+    pub(crate) fn post_recv_caller(
+        &self,
+        held: Held,
+        segments: &[Segment],
+    ) -> Result<Ticket, (io::Error, Held)> {
+        if self.srq.is_some() {
+            return Err((
+                error::invalid_input(
+                    "this connection receives through its shared receive queue: post there",
+                ),
+                held,
+            ));
+        }
+        let table = match self.caller_table() {
+            Ok(t) => t,
+            Err(e) => return Err((e, held)),
+        };
+        post_recv_into(table, held, segments, self.max_recv_sge, |wr, bad| {
+            // SAFETY: the QP is live; every entry covers a checked range of a buffer that the
+            // table holds until this request's completion is polled, and the table outlives the
+            // QP (the QP holds an `Arc` to it).
+            unsafe { sys::rdma_async_post_recv(self.raw(), wr, bad) }
+        })
+    }
+
+    /// Moves the queue pair to the error state: outstanding work requests complete with
+    /// `IBV_WC_WR_FLUSH_ERR` and no new ones execute.
+    pub(crate) fn set_error(&self) -> io::Result<()> {
+        // SAFETY: ibv_qp_attr is plain old data; zero is valid for every field.
+        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: the QP is live; `attr` is initialised and IBV_QP_STATE names its only field used.
+        let ret = unsafe {
+            sys::ibv_modify_qp(
+                self.raw(),
+                &mut attr,
+                sys::ibv_qp_attr_mask::IBV_QP_STATE as i32,
+            )
+        };
+        if ret != 0 {
+            return Err(error::call_error("ibv_modify_qp", ret));
+        }
+        Ok(())
+    }
+}
+
+/// Posts a receive of caller memory through `post` (a queue pair's or a shared receive queue's
+/// `ibv_post_recv`), holding the buffers in `table` first.
+pub(super) fn post_recv_into(
+    table: &InFlightTable,
+    held: Held,
+    segments: &[Segment],
+    max_sge: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+) -> Result<Ticket, (io::Error, Held)> {
+    let mut sges = [sys::ibv_sge {
+        addr: 0,
+        length: 0,
+        lkey: 0,
+    }; MAX_SEGMENTS];
+    let num_sge = match held_sges(&held, segments, max_sge, &mut sges) {
+        Ok(n) => n,
+        Err(e) => return Err((e, held)),
+    };
+    let (ticket, wr_id) = table.insert(held, WorkQueue::Recv)?;
+    // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
+    let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = wr_id;
+    wr.sg_list = sges.as_mut_ptr();
+    wr.num_sge = num_sge as i32;
+    let mut bad = ptr::null_mut();
+    let ret = post(&mut wr, &mut bad);
+    if ret != 0 {
+        return Err((
+            error::call_error("ibv_post_recv", ret),
+            table.take_back(ticket),
+        ));
+    }
+    Ok(ticket)
+}
+
+/// Sets the opcode, its remote address and key or atomic operands, and the immediate data.
+fn set_opcode(wr: &mut sys::ibv_send_wr, opcode: Opcode) {
+    let imm = match opcode {
+        Opcode::Send { imm } => {
+            wr.opcode = if imm.is_some() {
+                sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+            } else {
+                sys::ibv_wr_opcode::IBV_WR_SEND
+            };
+            imm
+        }
+        Opcode::Write {
+            remote_addr,
+            rkey,
+            imm,
+        } => {
+            wr.opcode = if imm.is_some() {
+                sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            } else {
+                sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            };
+            wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            imm
+        }
+        Opcode::Read { remote_addr, rkey } => {
+            wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_READ;
+            wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            None
+        }
+        Opcode::CompareSwap {
+            remote_addr,
+            rkey,
+            compare,
+            swap,
+        } => {
+            let op = sys::ibv_wr_opcode::IBV_WR_ATOMIC_CMP_AND_SWP;
+            set_atomic(wr, op, remote_addr, rkey, compare, swap);
+            None
+        }
+        Opcode::FetchAdd {
+            remote_addr,
+            rkey,
+            add,
+        } => {
+            let op = sys::ibv_wr_opcode::IBV_WR_ATOMIC_FETCH_AND_ADD;
+            set_atomic(wr, op, remote_addr, rkey, add, 0);
+            None
+        }
+    };
+    if let Some(imm) = imm {
+        wr.__bindgen_anon_1.imm_data = imm.to_be();
+    }
+}
+
+fn set_atomic(
+    wr: &mut sys::ibv_send_wr,
+    opcode: sys::ibv_wr_opcode::Type,
+    remote_addr: u64,
+    rkey: u32,
+    compare_add: u64,
+    swap: u64,
+) {
+    wr.opcode = opcode;
+    wr.wr.atomic = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+        remote_addr,
+        compare_add,
+        swap,
+        rkey,
+    };
+}
+
+/// A send-queue work request whose scatter/gather entries were already checked.
+struct RawSend {
+    wr_id: u64,
+    opcode: Opcode,
 }
 
 impl Drop for QueuePair {

@@ -10,6 +10,7 @@ pub(crate) struct WcStatus(pub(crate) u32);
 impl WcStatus {
     pub(crate) const SUCCESS: WcStatus = WcStatus(st::IBV_WC_SUCCESS);
     pub(crate) const FLUSH: WcStatus = WcStatus(st::IBV_WC_WR_FLUSH_ERR);
+    pub(crate) const REMOTE_ACCESS: WcStatus = WcStatus(st::IBV_WC_REM_ACCESS_ERR);
 
     pub(crate) fn is_success(self) -> bool {
         self == Self::SUCCESS
@@ -43,6 +44,9 @@ pub(crate) struct WorkCompletion {
     pub(crate) sl: u8,
     pub(crate) dlid_path_bits: u8,
     pub(crate) pkey_index: u16,
+    /// The local queue pair the completion belongs to (which connection, for a shared receive
+    /// queue).
+    pub(crate) qp_num: u32,
 }
 
 impl WorkCompletion {
@@ -58,6 +62,7 @@ impl WorkCompletion {
         sl: 0,
         dlid_path_bits: 0,
         pkey_index: 0,
+        qp_num: 0,
     };
 
     pub(super) fn from_sys(wc: &sys::ibv_wc) -> Self {
@@ -75,6 +80,7 @@ impl WorkCompletion {
             sl: wc.sl,
             dlid_path_bits: wc.dlid_path_bits,
             pkey_index: wc.pkey_index,
+            qp_num: wc.qp_num,
         }
     }
 }

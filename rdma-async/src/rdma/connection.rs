@@ -1,0 +1,993 @@
+//! [`RdmaConnection`]: a reliable connected queue pair with send/receive, RDMA read/write and
+//! atomics on caller-owned registered memory.
+
+use std::io;
+use std::net::SocketAddr;
+use std::ops::{Bound, Range, RangeBounds};
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::net::ToSocketAddrs;
+
+use super::driver::{Parts, Shared, drive};
+use super::options::RdmaOptions;
+use super::region::bytes_mut_to_vec;
+use super::region::sealed::Carried;
+use super::region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, adopt, allocate};
+use super::remote::RemoteSlice;
+use crate::cm::ConnectRequest;
+use crate::cm::handshake;
+use crate::cm::link::CmLink;
+use crate::cm::resolve::connect_each;
+use crate::completion::{AsyncCq, wc_error};
+use crate::error;
+use crate::verbs::{
+    Access, CmId, CompletionChannel, CompletionQueue, Held, IdDevice, InFlightTable, Opcode,
+    ProtectionDomain, QpCaps, QueuePair, Segment, WcStatus, WorkCompletion, WorkQueue,
+};
+
+/// What a receive delivered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Received {
+    len: usize,
+    imm: Option<u32>,
+    qp_num: u32,
+}
+
+impl Received {
+    /// Bytes written into the buffer from the start of the range (for an RDMA write with
+    /// immediate that consumed this receive: the length of the write, nothing in the buffer).
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no bytes arrived.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The immediate data of a send or RDMA write with immediate.
+    pub fn imm(&self) -> Option<u32> {
+        self.imm
+    }
+
+    /// The local queue pair that received it ([`RdmaConnection::qp_num`]): which connection a
+    /// message on a [`super::SharedReceiveQueue`] came from.
+    pub fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    pub(super) fn from_completion(wc: &WorkCompletion) -> Self {
+        Received {
+            len: wc.byte_len as usize,
+            imm: wc.imm_data,
+            qp_num: wc.qp_num,
+        }
+    }
+}
+
+/// A connected RDMA queue pair (reliable connected, `RDMA_PS_TCP`) for verbs-level operations on
+/// registered memory: sends and receives (with immediate data), one-sided RDMA reads and writes
+/// (with immediate), atomic compare-and-swap and fetch-and-add, and their vectored forms.
+///
+/// Memory comes from the connection ([`Self::reg_msgs`], [`Self::reg_read`],
+/// [`Self::reg_write`], [`Self::register`]) and is registered with its protection domain. Every
+/// operation takes its buffer **by value** and returns it with the result, like `tokio-uring`:
+/// while the device owns the memory, nothing else can reach it.
+///
+/// Up to `send_depth` send-queue operations (sends, writes, reads, atomics) and `recv_depth`
+/// receives may be in flight at once, from any number of tasks (the methods take `&self`); one
+/// more waits for a slot. A completion wakes exactly the operation it belongs to.
+///
+/// ```no_run
+/// use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
+///
+/// # async fn demo() -> std::io::Result<()> {
+/// let conn = RdmaConnection::connect("10.77.0.1:7471", &RdmaOptions::new()).await?;
+/// // The peer advertised a region in a message: receive it.
+/// let (got, msg) = conn.recv(conn.reg_msgs(64)?, ..).await;
+/// let remote = RemoteRegion::from_bytes(&msg[..got?.len()])?;
+/// // Write 4 KiB into it, then read it back.
+/// let mut buf = conn.reg_msgs(4096)?;
+/// buf.fill(7);
+/// let (res, buf) = conn.write(buf, .., remote.slice(0, 4096)?).await;
+/// res?;
+/// let (res, buf) = conn.read(buf, ..4096, remote.whole()).await;
+/// res?;
+/// assert!(buf.iter().all(|&b| b == 7));
+/// # Ok(()) }
+/// ```
+///
+/// # Cancel safety
+///
+/// Every operation is cancel safe in the memory sense: dropping its future before the
+/// completion leaves the buffer in the connection's table of outstanding work requests, which
+/// frees it (deregisters, then deallocates) only when the completion has been polled. The
+/// operation itself still happens (a dropped send is still sent, a dropped write still lands);
+/// only its result and the buffer are lost to the caller. A dropped **receive** stays posted: the
+/// next message the peer sends may land in it and is then dropped with the buffer — it is never
+/// written to freed memory, but it is lost to the application.
+///
+/// Dropping the connection disconnects, moves the queue pair to the error state so every
+/// outstanding work request completes as flushed, and frees the buffers once those completions
+/// have been polled (by the connection's task, which lingers for that; at most 10 s, after which
+/// the queue pair is destroyed before its buffers are freed, which is equally safe).
+#[derive(Debug)]
+pub struct RdmaConnection {
+    shared: Arc<Shared>,
+    /// The completion task; it ends after a close has drained the queue pair.
+    driver: Option<tokio::task::JoinHandle<()>>,
+}
+
+fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<Parts> {
+    let device = IdDevice::of(id)?;
+    let (pd, srq_depth) = match &opts.srq {
+        Some(srq) => {
+            let pd = srq.inner.pd.clone();
+            if pd.id().verbs()? != id.verbs()? {
+                return Err(error::invalid_input(format!(
+                    "the shared receive queue is on another RDMA device than the connection \
+                     ({})",
+                    device.name
+                )));
+            }
+            (pd, srq.inner.depth)
+        }
+        None => (Arc::new(ProtectionDomain::new(id.clone())?), 0),
+    };
+    // The completion queue has room for this connection's work requests and, with a shared
+    // receive queue, for every receive of that queue (any of them may complete here).
+    let entries = opts.send_depth + opts.recv_depth + srq_depth;
+    let cq = Arc::new(CompletionQueue::new(
+        Arc::new(CompletionChannel::new(id.clone())?),
+        entries,
+    )?);
+    let table = Arc::new(InFlightTable::new(entries as usize, false));
+    let caps = QpCaps {
+        max_send_wr: opts.send_depth,
+        max_recv_wr: opts.recv_depth,
+        max_inline_data: 0,
+        max_send_sge: opts.max_send_sge,
+    };
+    let qp = QueuePair::for_caller_memory(
+        id.clone(),
+        pd.clone(),
+        cq.clone(),
+        caps,
+        opts.max_recv_sge,
+        table.clone(),
+        opts.srq.as_ref().map(|srq| srq.inner.srq.clone()),
+    )?;
+    Ok(Parts {
+        qp,
+        cq: AsyncCq::new(cq, opts.busy_poll),
+        table,
+        pd,
+        device,
+    })
+}
+
+/// `range` of a `len`-byte buffer as (offset, length).
+pub(super) fn span(len: usize, range: impl RangeBounds<usize>) -> io::Result<(usize, usize)> {
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        return Err(error::invalid_input(format!(
+            "range {start}..{end} is outside the {len}-byte region"
+        )));
+    }
+    Ok((start, end - start))
+}
+
+/// What an operation was, for its error messages.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    Send,
+    Recv,
+    Write(RemoteSlice),
+    Read(RemoteSlice),
+    Atomic(&'static str, RemoteSlice),
+}
+
+impl Op {
+    fn describe(self) -> String {
+        match self {
+            Op::Send => "send".to_owned(),
+            Op::Recv => "receive".to_owned(),
+            Op::Write(r) => format!("RDMA write to {:#x} (rkey {:#x})", r.addr(), r.rkey()),
+            Op::Read(r) => format!("RDMA read of {:#x} (rkey {:#x})", r.addr(), r.rkey()),
+            Op::Atomic(name, r) => {
+                format!("atomic {name} at {:#x} (rkey {:#x})", r.addr(), r.rkey())
+            }
+        }
+    }
+
+    /// The verb for length errors ("an RDMA write of N bytes ...").
+    fn verb(self) -> &'static str {
+        match self {
+            Op::Write(_) => "write",
+            Op::Read(_) => "read",
+            _ => "operation",
+        }
+    }
+
+    fn sending(self) -> bool {
+        !matches!(self, Op::Recv)
+    }
+}
+
+impl RdmaConnection {
+    /// Connects to `addr`, trying each resolved address in turn like `TcpStream::connect`.
+    ///
+    /// # Errors
+    ///
+    /// `NotFound` without an RDMA device; `ConnectionRefused` when nothing listens or the peer
+    /// rejects (with its private data in a [`crate::cm::CmError`]); `TimedOut` when the peer
+    /// does not answer; `InvalidInput` for bad options.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases the half-built connection.
+    pub async fn connect<A: ToSocketAddrs>(addr: A, options: &RdmaOptions) -> io::Result<Self> {
+        options.check()?;
+        connect_each(addr, options.dial.connect_timeout, |dst| async move {
+            let (parts, link) = handshake::connect(dst, &options.dial, &options.params, |id| {
+                Ok((build(id, options)?, None))
+            })
+            .await?;
+            Ok(Self::assemble(parts, link, options))
+        })
+        .await
+    }
+
+    /// Accepts `request`; returns once the connection is established.
+    ///
+    /// # Errors
+    ///
+    /// `ConnectionAborted` when the peer gives up during the handshake; `InvalidInput` for bad
+    /// options or oversized private data; verbs errors creating the queue pair.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future releases everything created for the connection.
+    pub async fn accept(request: ConnectRequest, options: &RdmaOptions) -> io::Result<Self> {
+        options.check()?;
+        let (parts, link) = request
+            .accept_with(&options.params, |id| {
+                options.dial.id.apply_after_bind(id)?;
+                Ok((build(id, options)?, None))
+            })
+            .await?;
+        Ok(Self::assemble(parts, link, options))
+    }
+
+    fn assemble(parts: Parts, link: CmLink, options: &RdmaOptions) -> Self {
+        tracing::debug!(peer = %link.peer_addr(), qp = parts.qp.qp_num(), "RDMA connection established");
+        let shared = Arc::new(Shared::new(
+            link,
+            parts,
+            options.srq.clone(),
+            (options.send_depth, options.recv_depth),
+        ));
+        // connect/accept run inside Tokio (the rdma_cm channel is on its reactor).
+        let driver = tokio::spawn(drive(shared.clone()));
+        RdmaConnection {
+            shared,
+            driver: Some(driver),
+        }
+    }
+
+    /// The peer's address.
+    pub fn peer_addr(&self) -> SocketAddr {
+        self.shared.link.peer_addr()
+    }
+
+    /// The local address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.shared.link.local_addr()
+    }
+
+    /// The private data the peer sent in the handshake (zero-padded on IB/RoCE).
+    pub fn peer_private_data(&self) -> &[u8] {
+        self.shared.link.peer_private_data()
+    }
+
+    /// The local queue pair number.
+    pub fn qp_num(&self) -> u32 {
+        self.shared.qp.qp_num()
+    }
+
+    /// The name of the RDMA device the connection runs on (picked by the route to the peer or
+    /// the bound address).
+    pub fn device_name(&self) -> &str {
+        &self.shared.device.name
+    }
+
+    /// The device port the connection runs on.
+    pub fn port_num(&self) -> u8 {
+        self.shared.device.port_num
+    }
+
+    /// The attributes of the connection's device and of the port it uses (the only entry of
+    /// `ports`), as [`crate::device::Device::attributes`] reads them.
+    pub fn device_attributes(&self) -> crate::device::DeviceAttributes {
+        let dev = &self.shared.device;
+        let mut attrs = crate::device::DeviceAttributes::from_sys(&dev.attr, &[]);
+        attrs.ports.push(crate::device::PortAttributes::from_sys(
+            dev.port_num,
+            &dev.port,
+        ));
+        attrs
+    }
+
+    /// Whether the device supports atomic operations (`atomic_cap` other than
+    /// `IBV_ATOMIC_NONE`).
+    pub fn supports_atomics(&self) -> bool {
+        self.shared.device.attr.atomic_cap != rdma_async_sys::ibv_atomic_cap::IBV_ATOMIC_NONE
+    }
+
+    // ---- memory -------------------------------------------------------------------------
+
+    /// Allocates `len` zeroed, page-aligned bytes for sends, receives and the local side of
+    /// RDMA operations, with no remote access (`rdma_reg_msgs`).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for 0 or more than `u32::MAX` bytes; the OS error of `ibv_reg_mr`
+    /// (`OutOfMemory` when the locked-memory limit is reached).
+    pub fn reg_msgs(&self, len: usize) -> io::Result<LocalRegion> {
+        Ok(LocalRegion::new(allocate(
+            &self.shared.pd,
+            len,
+            Access::default(),
+        )?))
+    }
+
+    /// Allocates `len` bytes the peer may RDMA-read (`rdma_reg_read`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn reg_read(&self, len: usize) -> io::Result<SharedRegion> {
+        self.reg_shared(len, RemoteAccess::READ)
+    }
+
+    /// Allocates `len` bytes the peer may RDMA-write (`rdma_reg_write`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn reg_write(&self, len: usize) -> io::Result<SharedRegion> {
+        self.reg_shared(len, RemoteAccess::WRITE)
+    }
+
+    /// Allocates `len` bytes with the given remote access.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn reg_shared(&self, len: usize, access: RemoteAccess) -> io::Result<SharedRegion> {
+        Ok(SharedRegion::new(allocate(
+            &self.shared.pd,
+            len,
+            access.access(),
+        )?))
+    }
+
+    /// Registers `bytes` (its length, not its spare capacity), taking ownership until
+    /// [`LocalRegion::into_vec`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn register(&self, bytes: Vec<u8>) -> io::Result<LocalRegion> {
+        Ok(LocalRegion::new(adopt(
+            &self.shared.pd,
+            bytes,
+            Access::default(),
+        )?))
+    }
+
+    /// Registers `bytes` for remote access, taking ownership until [`SharedRegion::into_vec`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn register_shared(
+        &self,
+        bytes: Vec<u8>,
+        access: RemoteAccess,
+    ) -> io::Result<SharedRegion> {
+        Ok(SharedRegion::new(adopt(
+            &self.shared.pd,
+            bytes,
+            access.access(),
+        )?))
+    }
+
+    /// Registers the bytes of a `BytesMut` (without a copy when it is the only owner of its
+    /// memory).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn register_bytes_mut(&self, bytes: BytesMut) -> io::Result<LocalRegion> {
+        self.register(bytes_mut_to_vec(bytes))
+    }
+
+    // ---- operations ---------------------------------------------------------------------
+
+    fn own<B: RegisteredBytes>(&self, buf: &B) -> io::Result<()> {
+        if Arc::ptr_eq(buf.user().0.registered().pd(), &self.shared.pd) {
+            Ok(())
+        } else {
+            Err(error::invalid_input(
+                "the region is registered with another connection's protection domain",
+            ))
+        }
+    }
+
+    /// Runs one send-queue or receive operation over `bufs` and maps its completion.
+    async fn run<B: RegisteredBytes>(
+        &self,
+        op: Op,
+        opcode: Option<Opcode>,
+        bufs: Vec<(B, Range<usize>)>,
+    ) -> (io::Result<WorkCompletion>, Vec<B>) {
+        let mut segments = Vec::with_capacity(bufs.len());
+        let mut users = Vec::with_capacity(bufs.len());
+        let mut bad = None;
+        for (i, (buf, range)) in bufs.into_iter().enumerate() {
+            if bad.is_none() {
+                bad = self.own(&buf).err();
+            }
+            segments.push(Segment {
+                buffer: i,
+                offset: range.start,
+                len: range.end.saturating_sub(range.start),
+            });
+            users.push(buf.into_user().0);
+        }
+        let held = match users.len() {
+            0 => Held::Nothing,
+            1 => users.pop().map_or(Held::Nothing, Held::One),
+            _ => Held::Many(users),
+        };
+        let back = |held: Held| -> Vec<B> {
+            match held {
+                Held::Nothing => Vec::new(),
+                Held::One(b) => vec![B::from_user(Carried(b))],
+                Held::Many(v) => v.into_iter().map(|b| B::from_user(Carried(b))).collect(),
+            }
+        };
+        if let Some(e) = bad {
+            return (Err(e), back(held));
+        }
+        let qp = &self.shared.qp;
+        let (result, held) = match opcode {
+            Some(opcode) => {
+                self.shared
+                    .execute(WorkQueue::Send, held, |h| {
+                        qp.post_caller(opcode, h, &segments)
+                    })
+                    .await
+            }
+            None => {
+                self.shared
+                    .execute(WorkQueue::Recv, held, |h| qp.post_recv_caller(h, &segments))
+                    .await
+            }
+        };
+        let result = result.and_then(|wc| {
+            if wc.status.is_success() {
+                Ok(wc)
+            } else {
+                Err(self.completion_error(&wc, op))
+            }
+        });
+        (result, back(held))
+    }
+
+    fn completion_error(&self, wc: &WorkCompletion, op: Op) -> io::Error {
+        let what = op.describe();
+        if wc.status == WcStatus::FLUSH {
+            return self.shared.flush_error(&what, op.sending());
+        }
+        if wc.status == WcStatus::REMOTE_ACCESS {
+            return io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!(
+                    "{what} failed: remote access error: the peer's memory key does not allow this \
+                     access to these bytes (wrong rkey, outside the registered region, or not \
+                     registered for it); the connection is now in the error state"
+                ),
+            );
+        }
+        let err = wc_error(wc, self.peer_addr(), op.sending());
+        io::Error::new(err.kind(), format!("{what} failed: {err}"))
+    }
+
+    async fn run_one<B: RegisteredBytes>(
+        &self,
+        op: Op,
+        opcode: Option<Opcode>,
+        buf: B,
+        range: impl RangeBounds<usize>,
+    ) -> (io::Result<WorkCompletion>, B) {
+        let range = match span(buf.len(), range) {
+            Ok((offset, len)) => offset..offset + len,
+            Err(e) => return (Err(e), buf),
+        };
+        let (result, mut bufs) = self.run(op, opcode, vec![(buf, range)]).await;
+        match bufs.pop() {
+            Some(buf) => (result, buf),
+            // `run` returns every buffer it was given.
+            None => unreachable_buffer(),
+        }
+    }
+
+    /// Sends the bytes `range` of `buf` as one message (`IBV_WR_SEND`), consuming one receive
+    /// the peer posted. Returns once the peer acknowledged it.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a range outside the region or a region of another connection;
+    /// `BrokenPipe` once the connection is closed; `TimedOut` when the peer never posted a
+    /// receive or is unreachable (after the retry counts of [`crate::cm::ConnParams`]).
+    ///
+    /// # Cancel safety
+    ///
+    /// See the type's documentation: the buffer is released only after the completion.
+    pub async fn send<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+    ) -> (io::Result<()>, B) {
+        let (r, b) = self
+            .run_one(Op::Send, Some(Opcode::Send { imm: None }), buf, range)
+            .await;
+        (r.map(drop), b)
+    }
+
+    /// As [`Self::send`], with 32 bits of immediate data the peer's receive reports.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::send`].
+    pub async fn send_with_imm<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+        imm: u32,
+    ) -> (io::Result<()>, B) {
+        let op = Some(Opcode::Send { imm: Some(imm) });
+        let (r, b) = self.run_one(Op::Send, op, buf, range).await;
+        (r.map(drop), b)
+    }
+
+    /// Gathers the given ranges of several regions into one message.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send`]; `InvalidInput` for more segments than `max_send_sge`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::send`].
+    pub async fn send_vectored<B: RegisteredBytes>(
+        &self,
+        bufs: Vec<(B, Range<usize>)>,
+    ) -> (io::Result<()>, Vec<B>) {
+        let (r, b) = self
+            .run(Op::Send, Some(Opcode::Send { imm: None }), bufs)
+            .await;
+        (r.map(drop), b)
+    }
+
+    /// Posts a receive into `range` of `buf` and waits for the peer's next send (or RDMA write
+    /// with immediate) to consume it. Receives are consumed in the order they were posted.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidData` when the message is longer than the range (the connection then fails);
+    /// `ConnectionReset` once the peer disconnected; `InvalidInput` for a bad range.
+    ///
+    /// # Cancel safety
+    ///
+    /// Dropping the future leaves the receive posted: the next message may land in it and is
+    /// then lost (freed with the buffer, never written to freed memory).
+    pub async fn recv<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+    ) -> (io::Result<Received>, B) {
+        let (r, b) = self.run_one(Op::Recv, None, buf, range).await;
+        (r.map(received), b)
+    }
+
+    /// Scatters the next message over the given ranges of several regions, in order.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::recv`]; `InvalidInput` for more segments than `max_recv_sge`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::recv`].
+    pub async fn recv_vectored<B: RegisteredBytes>(
+        &self,
+        bufs: Vec<(B, Range<usize>)>,
+    ) -> (io::Result<Received>, Vec<B>) {
+        let (r, b) = self.run(Op::Recv, None, bufs).await;
+        (r.map(received), b)
+    }
+
+    /// Posts a receive without memory and waits for it to be consumed: for RDMA writes with
+    /// immediate, which deliver only the immediate (a send that carries bytes fails it with
+    /// `InvalidData`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::recv`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::recv`]: a write's immediate that lands in a dropped receive is lost.
+    pub async fn recv_imm(&self) -> io::Result<Received> {
+        let (r, _) = self.run::<LocalRegion>(Op::Recv, None, Vec::new()).await;
+        r.map(received)
+    }
+
+    fn check_remote(len: usize, remote: RemoteSlice, what: &str) -> io::Result<()> {
+        if len > remote.len() as usize {
+            return Err(error::invalid_input(format!(
+                "an RDMA {what} of {len} bytes does not fit the {}-byte remote slice",
+                remote.len()
+            )));
+        }
+        Ok(())
+    }
+
+    /// Writes `range` of `buf` into the peer's memory at `remote` (`IBV_WR_RDMA_WRITE`); the
+    /// range must not be longer than `remote`. The peer is not notified (see
+    /// [`Self::write_with_imm`]).
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when the range does not fit `remote` or the region; `PermissionDenied`
+    /// when the peer's device refuses the key or the bounds (the connection is then in the error
+    /// state and later operations fail too); `BrokenPipe` once closed.
+    ///
+    /// # Cancel safety
+    ///
+    /// See the type's documentation: the write still happens; the buffer is released after it.
+    pub async fn write<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+    ) -> (io::Result<()>, B) {
+        self.write_inner(buf, range, remote, None).await
+    }
+
+    /// As [`Self::write`], and consumes one of the peer's receives, which reports `imm` and the
+    /// length (`IBV_WR_RDMA_WRITE_WITH_IMM`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::write`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::write`].
+    pub async fn write_with_imm<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+        imm: u32,
+    ) -> (io::Result<()>, B) {
+        self.write_inner(buf, range, remote, Some(imm)).await
+    }
+
+    async fn write_inner<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+        imm: Option<u32>,
+    ) -> (io::Result<()>, B) {
+        let opcode = Opcode::Write {
+            remote_addr: remote.addr(),
+            rkey: remote.rkey(),
+            imm,
+        };
+        self.one_sided(Op::Write(remote), opcode, buf, range, remote)
+            .await
+    }
+
+    /// An RDMA read or write of `range` of `buf`, checked against `remote` first.
+    async fn one_sided<B: RegisteredBytes>(
+        &self,
+        op: Op,
+        opcode: Opcode,
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+    ) -> (io::Result<()>, B) {
+        let checked = span(buf.len(), range)
+            .and_then(|(o, l)| Self::check_remote(l, remote, op.verb()).map(|()| o..o + l));
+        let range = match checked {
+            Ok(r) => r,
+            Err(e) => return (Err(e), buf),
+        };
+        let (r, b) = self.run_one(op, Some(opcode), buf, range).await;
+        (r.map(drop), b)
+    }
+
+    /// The vectored form of [`Self::one_sided`].
+    async fn one_sided_vectored<B: RegisteredBytes>(
+        &self,
+        op: Op,
+        opcode: Opcode,
+        bufs: Vec<(B, Range<usize>)>,
+        remote: RemoteSlice,
+    ) -> (io::Result<()>, Vec<B>) {
+        let total: usize = bufs.iter().map(|(_, r)| r.len()).sum();
+        if let Err(e) = Self::check_remote(total, remote, op.verb()) {
+            return (Err(e), bufs.into_iter().map(|(b, _)| b).collect());
+        }
+        let (r, b) = self.run(op, Some(opcode), bufs).await;
+        (r.map(drop), b)
+    }
+
+    /// Gathers the given ranges of several regions into the peer's memory at `remote`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::write`]; `InvalidInput` for more segments than `max_send_sge`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::write`].
+    pub async fn write_vectored<B: RegisteredBytes>(
+        &self,
+        bufs: Vec<(B, Range<usize>)>,
+        remote: RemoteSlice,
+    ) -> (io::Result<()>, Vec<B>) {
+        let opcode = Opcode::Write {
+            remote_addr: remote.addr(),
+            rkey: remote.rkey(),
+            imm: None,
+        };
+        self.one_sided_vectored(Op::Write(remote), opcode, bufs, remote)
+            .await
+    }
+
+    /// Reads `range.len()` bytes of the peer's memory at `remote` into `range` of `buf`
+    /// (`IBV_WR_RDMA_READ`); the range must not be longer than `remote`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::write`].
+    ///
+    /// # Cancel safety
+    ///
+    /// See the type's documentation: the buffer is released after the read landed in it.
+    pub async fn read<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+        remote: RemoteSlice,
+    ) -> (io::Result<()>, B) {
+        let opcode = Opcode::Read {
+            remote_addr: remote.addr(),
+            rkey: remote.rkey(),
+        };
+        self.one_sided(Op::Read(remote), opcode, buf, range, remote)
+            .await
+    }
+
+    /// Reads the peer's memory at `remote` and scatters it over the given ranges.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::read`]; `InvalidInput` for more segments than `max_send_sge`.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::read`].
+    pub async fn read_vectored<B: RegisteredBytes>(
+        &self,
+        bufs: Vec<(B, Range<usize>)>,
+        remote: RemoteSlice,
+    ) -> (io::Result<()>, Vec<B>) {
+        let opcode = Opcode::Read {
+            remote_addr: remote.addr(),
+            rkey: remote.rkey(),
+        };
+        self.one_sided_vectored(Op::Read(remote), opcode, bufs, remote)
+            .await
+    }
+
+    /// Atomically compares the peer's 8-byte word at `remote` with `compare` and, if equal,
+    /// replaces it with `swap` (`IBV_WR_ATOMIC_CMP_AND_SWP`). Returns the word's previous value,
+    /// which the device also leaves in `buf` at `offset` (8 bytes, native byte order). The
+    /// word is in the peer's native byte order; the peer must register it with
+    /// [`RemoteAccess::ATOMIC`].
+    ///
+    /// # Errors
+    ///
+    /// `Unsupported` when the device has no atomics; `InvalidInput` when `remote` is not an
+    /// 8-byte-aligned word of at least 8 bytes, or `buf` has no 8-byte-aligned room at `offset`;
+    /// otherwise as [`Self::write`].
+    ///
+    /// # Cancel safety
+    ///
+    /// See the type's documentation: the atomic still happens.
+    pub async fn compare_and_swap<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        offset: usize,
+        remote: RemoteSlice,
+        compare: u64,
+        swap: u64,
+    ) -> (io::Result<u64>, B) {
+        let opcode = Opcode::CompareSwap {
+            remote_addr: remote.addr(),
+            rkey: remote.rkey(),
+            compare,
+            swap,
+        };
+        self.atomic("compare-and-swap", opcode, buf, offset, remote)
+            .await
+    }
+
+    /// Atomically adds `add` to the peer's 8-byte word at `remote`
+    /// (`IBV_WR_ATOMIC_FETCH_AND_ADD`); returns the previous value, as
+    /// [`Self::compare_and_swap`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::compare_and_swap`].
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`Self::compare_and_swap`].
+    pub async fn fetch_and_add<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        offset: usize,
+        remote: RemoteSlice,
+        add: u64,
+    ) -> (io::Result<u64>, B) {
+        let opcode = Opcode::FetchAdd {
+            remote_addr: remote.addr(),
+            rkey: remote.rkey(),
+            add,
+        };
+        self.atomic("fetch-and-add", opcode, buf, offset, remote)
+            .await
+    }
+
+    async fn atomic<B: RegisteredBytes>(
+        &self,
+        name: &'static str,
+        opcode: Opcode,
+        buf: B,
+        offset: usize,
+        remote: RemoteSlice,
+    ) -> (io::Result<u64>, B) {
+        if !self.supports_atomics() {
+            let e = io::Error::new(
+                io::ErrorKind::Unsupported,
+                format!(
+                    "atomic {name}: RDMA device {} has no atomic operations (atomic_cap is \
+                     IBV_ATOMIC_NONE)",
+                    self.device_name()
+                ),
+            );
+            return (Err(e), buf);
+        }
+        if !remote.addr().is_multiple_of(8) || remote.len() < 8 {
+            let e = error::invalid_input(format!(
+                "atomic {name}: the remote word at {:#x} ({} bytes) must be 8 bytes, 8-byte aligned",
+                remote.addr(),
+                remote.len()
+            ));
+            return (Err(e), buf);
+        }
+        let reg = buf.user().0.registered();
+        if offset.checked_add(8).is_none_or(|end| end > reg.len())
+            || !reg.addr(offset).is_multiple_of(8)
+        {
+            let e = error::invalid_input(format!(
+                "atomic {name}: the result needs 8 bytes, 8-byte aligned, at offset {offset} of \
+                 the {}-byte region",
+                reg.len()
+            ));
+            return (Err(e), buf);
+        }
+        let (r, buf) = self
+            .run_one(
+                Op::Atomic(name, remote),
+                Some(opcode),
+                buf,
+                offset..offset + 8,
+            )
+            .await;
+        let r = r.and_then(|_| {
+            let mut word = [0; 8];
+            buf.user().0.registered().read_at(offset, &mut word)?;
+            Ok(u64::from_ne_bytes(word))
+        });
+        (r, buf)
+    }
+
+    /// Disconnects: outstanding operations complete as flushed (`BrokenPipe`/`ConnectionReset`)
+    /// and the peer's operations fail. Memory stays registered until dropped.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `rdma_disconnect`.
+    pub fn disconnect(&self) -> io::Result<()> {
+        self.shared.link.disconnect()
+    }
+
+    /// Disconnects, waits until every outstanding operation completed or was flushed, and frees
+    /// the queue pair and the memory of those operations. (Dropping the connection does the same
+    /// in the background.)
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the rest of the close happens in the background.
+    pub async fn close(mut self) {
+        let _ = self.shared.link.disconnect();
+        self.shared.begin_close();
+        if let Some(driver) = self.driver.take() {
+            // The task only ends; a panic in it would be a bug reported by the runtime.
+            let _ = driver.await;
+        }
+    }
+
+    /// Waits until the connection is closed by either side.
+    ///
+    /// # Errors
+    ///
+    /// The OS error of reading the event channel.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn closed(&self) -> io::Result<()> {
+        self.shared.link.closed().await
+    }
+}
+
+fn received(wc: WorkCompletion) -> Received {
+    Received::from_completion(&wc)
+}
+
+/// `run` hands back every buffer it took; this is never reached.
+fn unreachable_buffer<B>() -> B {
+    panic!("an RDMA operation lost its buffer")
+}
+
+impl Drop for RdmaConnection {
+    fn drop(&mut self) {
+        let _ = self.shared.link.disconnect();
+        self.shared.begin_close();
+    }
+}

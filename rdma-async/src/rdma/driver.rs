@@ -1,0 +1,308 @@
+//! The connection's completion task: it polls the completion queue, hands each completion to
+//! the slot of its work request (waking the operation that waits, or freeing the buffers of one
+//! that was dropped), and on close drains the queue pair before anything is freed.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+
+use super::srq::SharedReceiveQueue;
+use crate::cm::link::CmLink;
+use crate::completion::{AsyncCq, wc_error};
+use crate::verbs::{
+    Held, IdDevice, InFlightTable, ProtectionDomain, QueuePair, Ticket, WcStatus, WorkCompletion,
+    WorkQueue,
+};
+
+/// How long a dropped connection waits for its flushed work requests before freeing everything
+/// anyway (destroying the queue pair first makes that safe too).
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
+/// What is created between route resolution and connect/accept.
+#[derive(Debug)]
+pub(super) struct Parts {
+    pub(super) qp: QueuePair,
+    pub(super) cq: AsyncCq,
+    pub(super) table: Arc<InFlightTable>,
+    pub(super) pd: Arc<ProtectionDomain>,
+    pub(super) device: IdDevice,
+}
+
+/// Everything a connection owns; the completion task holds it too.
+#[derive(Debug)]
+pub(super) struct Shared {
+    // Drop order: disconnect, destroy the queue pair, then the table's buffers and the rest.
+    pub(super) link: CmLink,
+    pub(super) qp: QueuePair,
+    pub(super) cq: AsyncCq,
+    pub(super) table: Arc<InFlightTable>,
+    pub(super) pd: Arc<ProtectionDomain>,
+    pub(super) device: IdDevice,
+    pub(super) srq: Option<SharedReceiveQueue>,
+    pub(super) send_slots: Semaphore,
+    pub(super) recv_slots: Semaphore,
+    /// The first failed work completion: later flushes report it.
+    failure: Mutex<Option<(io::ErrorKind, String)>>,
+    close: Notify,
+    closing: AtomicBool,
+}
+
+impl Shared {
+    pub(super) fn new(
+        link: CmLink,
+        parts: Parts,
+        srq: Option<SharedReceiveQueue>,
+        depths: (u32, u32),
+    ) -> Self {
+        Shared {
+            link,
+            qp: parts.qp,
+            cq: parts.cq,
+            table: parts.table,
+            pd: parts.pd,
+            device: parts.device,
+            srq,
+            send_slots: Semaphore::new(depths.0 as usize),
+            recv_slots: Semaphore::new(depths.1 as usize),
+            failure: Mutex::new(None),
+            close: Notify::new(),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn slots(&self, queue: WorkQueue) -> &Semaphore {
+        match queue {
+            WorkQueue::Send => &self.send_slots,
+            WorkQueue::Recv => &self.recv_slots,
+        }
+    }
+
+    /// Waits for room in `queue`, then posts with `post` (unless the connection is closed or
+    /// failed); returns the completion and the buffers.
+    pub(super) async fn execute(
+        &self,
+        queue: WorkQueue,
+        held: Held,
+        post: impl FnOnce(Held) -> Result<Ticket, (io::Error, Held)>,
+    ) -> (io::Result<WorkCompletion>, Held) {
+        let sending = queue == WorkQueue::Send;
+        let guarded = |held: Held| {
+            if let Some(err) = self.refusal(queue) {
+                return Err((err, held));
+            }
+            let mut held = Some(held);
+            match self
+                .link
+                .while_open(|| post(held.take().unwrap_or_default()))
+            {
+                Some(posted) => posted,
+                None => Err((self.link.closed_error(sending), held.unwrap_or_default())),
+            }
+        };
+        post_and_wait(&self.table, self.slots(queue), held, guarded).await
+    }
+
+    /// Why nothing may be posted any more: an earlier work request failed (the queue pair is in
+    /// the error state, where some providers never complete new receives).
+    fn refusal(&self, queue: WorkQueue) -> Option<io::Error> {
+        let failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        let (kind, msg) = failure.as_ref()?;
+        let what = match queue {
+            WorkQueue::Send => "send-queue operation",
+            WorkQueue::Recv => "receive",
+        };
+        Some(io::Error::new(
+            *kind,
+            format!("{what} refused: the connection failed earlier ({msg})"),
+        ))
+    }
+
+    /// Asks the completion task to drain and release the connection.
+    pub(super) fn begin_close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.close.notify_one();
+    }
+
+    fn record_failure(&self, wc: &WorkCompletion) {
+        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
+        if failure.is_none() {
+            let err = wc_error(wc, self.link.peer_addr(), true);
+            tracing::debug!(error = %err, "work request failed; the queue pair is in the error state");
+            *failure = Some((err.kind(), err.to_string()));
+        }
+    }
+
+    /// The error for a flushed work request: what failed first, or the closed connection.
+    pub(super) fn flush_error(&self, what: &str, sending: bool) -> io::Error {
+        if let Some((kind, msg)) = &*self.failure.lock().unwrap_or_else(PoisonError::into_inner) {
+            return io::Error::new(
+                *kind,
+                format!("{what} was flushed: the connection failed earlier ({msg})"),
+            );
+        }
+        if self.link.is_disconnected() || self.closing.load(Ordering::Acquire) {
+            return self.link.closed_error(sending);
+        }
+        io::Error::new(
+            if sending {
+                io::ErrorKind::BrokenPipe
+            } else {
+                io::ErrorKind::ConnectionReset
+            },
+            format!(
+                "{what} was flushed: the connection to {} is closing",
+                self.link.peer_addr()
+            ),
+        )
+    }
+
+    fn dispatch(&self, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
+                self.record_failure(wc);
+            }
+            if self.table.owns(wc.wr_id) {
+                if let Some((queue, held)) = self.table.complete(wc) {
+                    // A dropped operation's slot: the device is done with its buffers now.
+                    drop(held);
+                    self.slots(queue).add_permits(1);
+                }
+            } else if let Some(srq) = &self.srq
+                && let Some((_, held)) = srq.inner.srq.table().complete(wc)
+            {
+                drop(held);
+                srq.inner.slots.add_permits(1);
+            }
+        }
+    }
+}
+
+/// Waits for one of `slots`, posts with `post`, and waits for the completion in `table`; returns
+/// it with the buffers. The slot is given back by whoever frees the table slot.
+pub(super) async fn post_and_wait(
+    table: &InFlightTable,
+    slots: &Semaphore,
+    held: Held,
+    post: impl FnOnce(Held) -> Result<Ticket, (io::Error, Held)>,
+) -> (io::Result<WorkCompletion>, Held) {
+    match slots.acquire().await {
+        // The slot comes back when the table slot is freed (see `Claim`).
+        Ok(permit) => permit.forget(),
+        Err(_) => {
+            let err = io::Error::new(io::ErrorKind::BrokenPipe, "the queue is closed");
+            return (Err(err), held);
+        }
+    }
+    let ticket = match post(held) {
+        Ok(ticket) => ticket,
+        Err((e, held)) => {
+            slots.add_permits(1);
+            return (Err(e), held);
+        }
+    };
+    let (wc, held) = Claim::new(table, slots, ticket).completion().await;
+    (Ok(wc), held)
+}
+
+/// A posted work request's claim on its slot; dropping it before the completion leaves the
+/// buffers in the slot until the completion task polls that completion. Whoever frees the slot
+/// gives its queue slot (`slots`) back.
+struct Claim<'a> {
+    table: &'a InFlightTable,
+    slots: &'a Semaphore,
+    ticket: Ticket,
+    done: bool,
+}
+
+impl<'a> Claim<'a> {
+    fn new(table: &'a InFlightTable, slots: &'a Semaphore, ticket: Ticket) -> Self {
+        Claim {
+            table,
+            slots,
+            ticket,
+            done: false,
+        }
+    }
+
+    async fn completion(mut self) -> (WorkCompletion, Held) {
+        let (wc, held, _) = std::future::poll_fn(|cx| self.table.poll(&self.ticket, cx)).await;
+        self.done = true;
+        self.slots.add_permits(1);
+        (wc, held)
+    }
+}
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        if !self.done
+            && let Some((_, held)) = self.table.abandon(&self.ticket)
+        {
+            drop(held);
+            self.slots.add_permits(1);
+        }
+    }
+}
+
+/// The completion task of one connection. It ends when the connection was dropped and every
+/// outstanding work request completed (or flushed), or after [`DRAIN_LIMIT`].
+pub(super) async fn drive(shared: Arc<Shared>) {
+    let (cq_waiter, link_waiter) = match (shared.cq.waiter(), shared.link.waiter()) {
+        (Ok(c), Ok(l)) => (c, l),
+        (Err(e), _) | (_, Err(e)) => {
+            tracing::error!(error = %e, "cannot wait for completions; closing the connection");
+            let _ = shared.qp.set_error();
+            return;
+        }
+    };
+    let mut wcs = [WorkCompletion::EMPTY; 32];
+    let mut link_open = true;
+    let mut closing = false;
+    // Armed when closing starts.
+    let drain_deadline = tokio::time::sleep(DRAIN_LIMIT);
+    tokio::pin!(drain_deadline);
+    loop {
+        if closing && shared.table.outstanding() == 0 {
+            break;
+        }
+        tokio::select! {
+            biased;
+            polled = shared.cq.completions(&cq_waiter, &mut wcs) => match polled {
+                Ok(n) => shared.dispatch(&wcs[..n]),
+                Err(e) => {
+                    // Cannot happen with a live CQ; without a CQ nothing can be reaped, so stop
+                    // and leave the buffers to the queue pair's destruction.
+                    tracing::error!(error = %e, "polling the completion queue failed");
+                    break;
+                }
+            },
+            closed = std::future::poll_fn(|cx| shared.link.poll_disconnected(&link_waiter, cx)),
+                if link_open =>
+            {
+                link_open = false;
+                if let Err(e) = closed {
+                    tracing::debug!(error = %e, "reading the connection's rdma_cm events");
+                }
+            }
+            () = shared.close.notified(), if !closing => {
+                closing = true;
+                // Flush everything outstanding; its completions free the slots.
+                if let Err(e) = shared.qp.set_error() {
+                    tracing::debug!(error = %e, "moving the queue pair to the error state");
+                }
+                drain_deadline
+                    .as_mut()
+                    .reset(tokio::time::Instant::now() + DRAIN_LIMIT);
+            }
+            () = &mut drain_deadline, if closing => {
+                tracing::warn!(
+                    outstanding = shared.table.outstanding(),
+                    "flushed work requests did not all complete; destroying the queue pair first"
+                );
+                break;
+            }
+        }
+    }
+}

@@ -1,0 +1,105 @@
+//! Queue sizes, handshake parameters and rdma_cm options of an [`super::RdmaConnection`].
+
+use std::io;
+use std::time::Duration;
+
+use crate::cm::ConnParams;
+use crate::cm::handshake::{DialOptions, dial_setters};
+use crate::error;
+use crate::verbs::MAX_SEGMENTS;
+
+use super::srq::SharedReceiveQueue;
+
+/// Options of [`super::RdmaConnection::connect`] and [`super::RdmaConnection::accept`].
+#[derive(Debug, Clone)]
+pub struct RdmaOptions {
+    pub(crate) send_depth: u32,
+    pub(crate) recv_depth: u32,
+    pub(crate) max_send_sge: u32,
+    pub(crate) max_recv_sge: u32,
+    pub(crate) busy_poll: Duration,
+    pub(crate) dial: DialOptions,
+    pub(crate) params: ConnParams,
+    pub(crate) srq: Option<SharedReceiveQueue>,
+}
+
+impl Default for RdmaOptions {
+    fn default() -> Self {
+        RdmaOptions {
+            send_depth: 64,
+            recv_depth: 64,
+            max_send_sge: 4,
+            max_recv_sge: 4,
+            busy_poll: Duration::from_micros(10),
+            dial: DialOptions::default(),
+            params: ConnParams::new()
+                .responder_resources(16)
+                .initiator_depth(16),
+            srq: None,
+        }
+    }
+}
+
+impl RdmaOptions {
+    /// The defaults: 64 send-queue and 64 receive operations in flight, 4 scatter/gather
+    /// segments each, 16 RDMA reads/atomics outstanding each way (capped by the peer and the
+    /// device), 10 µs busy-poll, 2 s resolution timeouts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sends, writes, reads and atomics in flight at once; one more waits for a slot.
+    pub fn send_depth(mut self, n: u32) -> Self {
+        self.send_depth = n.max(1);
+        self
+    }
+
+    /// Receives posted at once; one more waits for a slot.
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.recv_depth = n.max(1);
+        self
+    }
+
+    /// Segments of a vectored send, write or read (at most 16; the device may cap it lower).
+    pub fn max_send_sge(mut self, n: u32) -> Self {
+        self.max_send_sge = n.clamp(1, MAX_SEGMENTS as u32);
+        self
+    }
+
+    /// Segments of a vectored receive (at most 16).
+    pub fn max_recv_sge(mut self, n: u32) -> Self {
+        self.max_recv_sge = n.clamp(1, MAX_SEGMENTS as u32);
+        self
+    }
+
+    /// How long an empty completion queue is polled before the connection's task sleeps.
+    pub fn busy_poll(mut self, time: Duration) -> Self {
+        self.busy_poll = time;
+        self
+    }
+
+    dial_setters!();
+
+    /// The parameters of `rdma_connect(3)`/`rdma_accept(3)`: private data, responder resources
+    /// and initiator depth (RDMA reads and atomics outstanding), retry counts, flow control.
+    pub fn conn_params(mut self, params: ConnParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    /// Receive through `srq` (shared with other connections) instead of the connection's own
+    /// receive queue; [`super::RdmaConnection::recv`] then fails with `InvalidInput`. The
+    /// connection's memory is registered in the queue's protection domain.
+    pub fn shared_receive_queue(mut self, srq: &SharedReceiveQueue) -> Self {
+        self.srq = Some(srq.clone());
+        self
+    }
+
+    pub(crate) fn check(&self) -> io::Result<()> {
+        self.send_depth
+            .checked_add(self.recv_depth)
+            .filter(|n| *n <= 1 << 20)
+            .ok_or_else(|| error::invalid_input("queue depths are too large"))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,173 @@
+//! [`SharedReceiveQueue`]: one pool of posted receives that many connections consume.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeBounds;
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::connection::{Received, span};
+use super::driver::post_and_wait;
+use super::region::sealed::Carried;
+use super::region::{LocalRegion, RegisteredBytes, adopt, allocate};
+use crate::error;
+use crate::verbs::{
+    Access, CmId, EventChannel, Held, PortSpace, ProtectionDomain, Segment, SharedRecvQueue,
+};
+
+/// A shared receive queue (`ibv_srq`): receives posted here are consumed by the sends of any
+/// connection created with [`super::RdmaOptions::shared_receive_queue`], so a server with many
+/// mostly idle connections keeps one pool of receive buffers instead of one per connection.
+///
+/// It has its own protection domain on the device of the address it was created for; the
+/// connections that use it register their memory there too, so regions of one of them work
+/// with all (and with the queue). Receives complete through the completion task of whichever
+/// connection received the message; [`Received::qp_num`] tells which. Cheap to clone.
+///
+/// ```no_run
+/// use rdma_async::cm::CmListener;
+/// use rdma_async::rdma::{RdmaConnection, RdmaOptions, SharedReceiveQueue};
+///
+/// # async fn demo() -> std::io::Result<()> {
+/// let srq = SharedReceiveQueue::new("10.77.0.1".parse().unwrap(), 256)?;
+/// let opts = RdmaOptions::new().shared_receive_queue(&srq);
+/// let listener = CmListener::bind("10.77.0.1:7471").await?;
+/// let a = RdmaConnection::accept(listener.accept_request().await?, &opts).await?;
+/// let b = RdmaConnection::accept(listener.accept_request().await?, &opts).await?;
+/// let (got, msg) = srq.recv(srq.reg_msgs(4096)?, ..).await;
+/// let got = got?;
+/// let from_a = got.qp_num() == a.qp_num();
+/// # let _ = (msg, b, from_a);
+/// # Ok(()) }
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedReceiveQueue {
+    pub(super) inner: Arc<SrqInner>,
+}
+
+#[derive(Debug)]
+pub(super) struct SrqInner {
+    pub(super) srq: Arc<SharedRecvQueue>,
+    pub(super) slots: Semaphore,
+    pub(super) depth: u32,
+    pub(super) pd: Arc<ProtectionDomain>,
+}
+
+impl SharedReceiveQueue {
+    /// Creates a queue of `depth` receives on the RDMA device that carries `local` (the address
+    /// the connections will use), with up to 4 scatter entries per receive.
+    ///
+    /// # Errors
+    ///
+    /// `AddrNotAvailable` when `local` is not on an RDMA device; the OS error of
+    /// `ibv_create_srq` (e.g. a depth beyond the device's `max_srq_wr`).
+    pub fn new(local: IpAddr, depth: u32) -> io::Result<Self> {
+        let id = CmId::new(Arc::new(EventChannel::new()?), PortSpace::Tcp)?;
+        // Port 0: any free port; binding only picks the device.
+        id.bind_addr(SocketAddr::new(local, 0))?;
+        let pd = Arc::new(ProtectionDomain::new(Arc::new(id))?);
+        let srq = Arc::new(SharedRecvQueue::new(pd.clone(), depth, 4)?);
+        Ok(SharedReceiveQueue {
+            inner: Arc::new(SrqInner {
+                srq,
+                slots: Semaphore::new(depth.max(1) as usize),
+                depth: depth.max(1),
+                pd,
+            }),
+        })
+    }
+
+    /// Allocates `len` zeroed bytes for receives (as [`super::RdmaConnection::reg_msgs`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`super::RdmaConnection::reg_msgs`].
+    pub fn reg_msgs(&self, len: usize) -> io::Result<LocalRegion> {
+        Ok(LocalRegion::new(allocate(
+            &self.inner.pd,
+            len,
+            Access::default(),
+        )?))
+    }
+
+    /// Registers `bytes`, taking ownership (as [`super::RdmaConnection::register`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`super::RdmaConnection::reg_msgs`].
+    pub fn register(&self, bytes: Vec<u8>) -> io::Result<LocalRegion> {
+        Ok(LocalRegion::new(adopt(
+            &self.inner.pd,
+            bytes,
+            Access::default(),
+        )?))
+    }
+
+    /// Posts a receive into `range` of `buf` and waits for a message from any connection on the
+    /// queue. At most `depth` receives are posted; more wait for a slot.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a bad range or a region of another protection domain; `InvalidData`
+    /// when the message is longer than the range.
+    ///
+    /// # Cancel safety
+    ///
+    /// As [`super::RdmaConnection::recv`]: a dropped receive stays posted; the message that
+    /// lands in it is lost (never written to freed memory). Receives still posted when the last
+    /// clone and the last connection are dropped are freed after the queue is destroyed.
+    pub async fn recv<B: RegisteredBytes>(
+        &self,
+        buf: B,
+        range: impl RangeBounds<usize>,
+    ) -> (io::Result<Received>, B) {
+        let (offset, len) = match span(buf.len(), range) {
+            Ok(s) => s,
+            Err(e) => return (Err(e), buf),
+        };
+        if !Arc::ptr_eq(buf.user().0.registered().pd(), &self.inner.pd) {
+            let e = error::invalid_input(
+                "the region is registered with another protection domain than the queue's",
+            );
+            return (Err(e), buf);
+        }
+        let segments = [Segment {
+            buffer: 0,
+            offset,
+            len,
+        }];
+        let srq = &self.inner.srq;
+        let (result, held) = post_and_wait(
+            srq.table(),
+            &self.inner.slots,
+            Held::One(buf.into_user().0),
+            |h| srq.post_recv_caller(h, &segments),
+        )
+        .await;
+        let buf = match held {
+            Held::One(b) => B::from_user(Carried(b)),
+            // The table gives back exactly what it was given.
+            _ => return unreachable_buffer(),
+        };
+        let result = result.and_then(|wc| {
+            if wc.status.is_success() {
+                Ok(Received::from_completion(&wc))
+            } else {
+                Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "receive on the shared receive queue failed: {} (status {})",
+                        wc.status.describe(),
+                        wc.status.0
+                    ),
+                ))
+            }
+        });
+        (result, buf)
+    }
+}
+
+fn unreachable_buffer<T>() -> T {
+    panic!("a shared receive queue lost a buffer")
+}

@@ -1,0 +1,353 @@
+//! Work requests on caller-owned memory: the buffers move into a slot of a table before the work
+//! request is posted and leave it only when its completion has been polled.
+//!
+//! This is what makes posting from caller memory safe without trusting the caller: a posted
+//! buffer is reachable only through the table, which gives it back (or frees it) when the
+//! completion with the slot's `wr_id` arrives. A future that waits for the completion only
+//! borrows its slot; if it is dropped, the slot is marked abandoned and freed by whoever polls
+//! the completion. Queue pairs (and shared receive queues) that post from a table hold an `Arc`
+//! to it, so the table, and every buffer still in it, outlives the queue that could touch them.
+
+use std::io;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use super::memory::RegisteredBuffer;
+use super::work::WorkCompletion;
+use crate::error;
+
+/// Caller-owned registered memory: the only kind a table accepts.
+///
+/// Outside a table nothing is posted on it, so memory that no peer can reach may be viewed as a
+/// slice. (The crate's own ring and slot buffers are [`RegisteredBuffer`]s that stay posted; they
+/// can never become a `UserBuffer`.)
+#[derive(Debug)]
+pub(crate) struct UserBuffer(RegisteredBuffer);
+
+impl UserBuffer {
+    pub(crate) fn new(buffer: RegisteredBuffer) -> Self {
+        UserBuffer(buffer)
+    }
+
+    pub(crate) fn registered(&self) -> &RegisteredBuffer {
+        &self.0
+    }
+
+    /// Deregisters and returns the bytes.
+    pub(crate) fn into_vec(self) -> Vec<u8> {
+        self.0.into_vec()
+    }
+
+    /// The bytes, when no peer can reach them (`None` for remotely accessible memory).
+    pub(crate) fn as_slice(&self) -> Option<&[u8]> {
+        // SAFETY: a `UserBuffer` outside a table has no work request outstanding (posting moves
+        // it into the table, and it comes back only after its completion was polled).
+        unsafe { self.0.local_slice() }
+    }
+
+    /// The bytes, mutably, when no peer can reach them.
+    pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
+        // SAFETY: as in `as_slice`.
+        unsafe { self.0.local_slice_mut() }
+    }
+}
+
+/// The buffers a work request uses, held by its slot while it is outstanding.
+#[derive(Debug, Default)]
+pub(crate) enum Held {
+    /// No memory (a zero-length receive for an RDMA write with immediate, for example).
+    #[default]
+    Nothing,
+    One(UserBuffer),
+    Many(Vec<UserBuffer>),
+}
+
+impl Held {
+    pub(crate) fn get(&self, index: usize) -> Option<&UserBuffer> {
+        match self {
+            Held::Nothing => None,
+            Held::One(b) => (index == 0).then_some(b),
+            Held::Many(v) => v.get(index),
+        }
+    }
+}
+
+/// Which work queue a slot's request went to (each has its own depth).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WorkQueue {
+    Send,
+    Recv,
+}
+
+/// A claim on one slot: index and generation, as encoded in the work request id.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Ticket {
+    index: u32,
+    generation: u32,
+}
+
+/// The bit that marks the work request ids of a shared receive queue's table.
+pub(crate) const SHARED_TABLE_BIT: u64 = 1 << 63;
+
+impl Ticket {
+    fn wr_id(&self, tag: u64) -> u64 {
+        tag | (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    fn from_wr_id(wr_id: u64) -> Self {
+        Ticket {
+            index: wr_id as u32,
+            generation: ((wr_id & !SHARED_TABLE_BIT) >> 32) as u32,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum State {
+    Free,
+    Posted { held: Held, waker: Option<Waker> },
+    Done { held: Held, wc: WorkCompletion },
+    Abandoned { held: Held },
+}
+
+#[derive(Debug)]
+struct Slot {
+    generation: u32,
+    queue: WorkQueue,
+    state: State,
+}
+
+#[derive(Debug)]
+struct Slots {
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    outstanding: usize,
+}
+
+/// The table of outstanding work requests of one queue pair (or shared receive queue).
+#[derive(Debug)]
+pub(crate) struct InFlightTable {
+    inner: Mutex<Slots>,
+    tag: u64,
+}
+
+impl InFlightTable {
+    /// A table of `capacity` slots; `shared` marks its ids with [`SHARED_TABLE_BIT`].
+    pub(crate) fn new(capacity: usize, shared: bool) -> Self {
+        let slots = (0..capacity)
+            .map(|_| Slot {
+                generation: 0,
+                queue: WorkQueue::Send,
+                state: State::Free,
+            })
+            .collect();
+        InFlightTable {
+            inner: Mutex::new(Slots {
+                slots,
+                free: (0..capacity as u32).rev().collect(),
+                outstanding: 0,
+            }),
+            tag: if shared { SHARED_TABLE_BIT } else { 0 },
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        // Every update leaves the table consistent before it can panic.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether `wr_id` names a slot of this table.
+    pub(crate) fn owns(&self, wr_id: u64) -> bool {
+        wr_id & SHARED_TABLE_BIT == self.tag
+    }
+
+    /// Work requests whose completion has not been polled yet.
+    pub(crate) fn outstanding(&self) -> usize {
+        self.lock().outstanding
+    }
+
+    /// Moves `held` into a free slot; the returned id goes into the work request.
+    pub(crate) fn insert(
+        &self,
+        held: Held,
+        queue: WorkQueue,
+    ) -> Result<(Ticket, u64), (io::Error, Held)> {
+        let mut t = self.lock();
+        let Some(index) = t.free.pop() else {
+            return Err((
+                error::invalid_input("more work requests outstanding than the queues hold"),
+                held,
+            ));
+        };
+        t.outstanding += 1;
+        let slot = &mut t.slots[index as usize];
+        slot.queue = queue;
+        slot.state = State::Posted { held, waker: None };
+        let ticket = Ticket {
+            index,
+            generation: slot.generation,
+        };
+        let wr_id = ticket.wr_id(self.tag);
+        Ok((ticket, wr_id))
+    }
+
+    /// Gives the buffers back after posting failed (the work request never reached the device).
+    pub(crate) fn take_back(&self, ticket: Ticket) -> Held {
+        let mut t = self.lock();
+        match std::mem::replace(&mut t.slots[ticket.index as usize].state, State::Free) {
+            State::Posted { held, .. } => {
+                Self::release(&mut t, ticket.index);
+                held
+            }
+            other => {
+                t.slots[ticket.index as usize].state = other;
+                Held::Nothing
+            }
+        }
+    }
+
+    fn release(t: &mut Slots, index: u32) {
+        let slot = &mut t.slots[index as usize];
+        slot.state = State::Free;
+        slot.generation = slot.generation.wrapping_add(1) & 0x7fff_ffff;
+        t.free.push(index);
+        t.outstanding -= 1;
+    }
+
+    /// Records a polled completion and wakes its waiter. When the waiter is gone the slot is freed
+    /// here: its queue and buffers are returned, and the caller drops the buffers after this
+    /// returns (deregistering takes a system call, not to be made under the lock).
+    pub(crate) fn complete(&self, wc: &WorkCompletion) -> Option<(WorkQueue, Held)> {
+        let ticket = Ticket::from_wr_id(wc.wr_id);
+        let mut t = self.lock();
+        let slot = t.slots.get_mut(ticket.index as usize)?;
+        if slot.generation != ticket.generation {
+            return None;
+        }
+        let queue = slot.queue;
+        match std::mem::replace(&mut slot.state, State::Free) {
+            State::Posted { held, waker } => {
+                slot.state = State::Done { held, wc: *wc };
+                if let Some(w) = waker {
+                    w.wake();
+                }
+                None
+            }
+            State::Abandoned { held } => {
+                Self::release(&mut t, ticket.index);
+                Some((queue, held))
+            }
+            other => {
+                // A second completion for one request cannot happen; keep what is there.
+                slot.state = other;
+                None
+            }
+        }
+    }
+
+    /// Waits for the completion of `ticket`'s request; returns it with the buffers and frees the
+    /// slot (of the returned queue).
+    pub(crate) fn poll(
+        &self,
+        ticket: &Ticket,
+        cx: &mut Context<'_>,
+    ) -> Poll<(WorkCompletion, Held, WorkQueue)> {
+        let mut t = self.lock();
+        let slot = &mut t.slots[ticket.index as usize];
+        match &mut slot.state {
+            State::Posted { waker, .. } => {
+                match waker {
+                    Some(w) if w.will_wake(cx.waker()) => {}
+                    _ => *waker = Some(cx.waker().clone()),
+                }
+                Poll::Pending
+            }
+            State::Done { .. } => {
+                let State::Done { held, wc } = std::mem::replace(&mut slot.state, State::Free)
+                else {
+                    return Poll::Pending;
+                };
+                let queue = slot.queue;
+                Self::release(&mut t, ticket.index);
+                Poll::Ready((wc, held, queue))
+            }
+            State::Free | State::Abandoned { .. } => Poll::Pending,
+        }
+    }
+
+    /// The waiter of `ticket` went away. A completed request's slot is freed: its queue and
+    /// buffers are returned, to be dropped. An outstanding one's buffers stay in the slot until
+    /// its completion is polled.
+    pub(crate) fn abandon(&self, ticket: &Ticket) -> Option<(WorkQueue, Held)> {
+        let mut t = self.lock();
+        let slot = &mut t.slots[ticket.index as usize];
+        if slot.generation != ticket.generation {
+            return None;
+        }
+        let queue = slot.queue;
+        match std::mem::replace(&mut slot.state, State::Free) {
+            State::Posted { held, .. } => {
+                slot.state = State::Abandoned { held };
+                None
+            }
+            State::Done { held, .. } => {
+                Self::release(&mut t, ticket.index);
+                Some((queue, held))
+            }
+            other => {
+                slot.state = other;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wc(wr_id: u64) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            ..WorkCompletion::EMPTY
+        }
+    }
+
+    #[test]
+    fn slots_are_reused_with_a_new_generation() {
+        let table = InFlightTable::new(1, false);
+        let (ticket, id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        assert!(table.insert(Held::Nothing, WorkQueue::Send).is_err());
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(table.poll(&ticket, &mut cx).is_pending());
+        assert!(
+            table.complete(&wc(id)).is_none(),
+            "the waiter frees the slot"
+        );
+        assert!(matches!(
+            table.poll(&ticket, &mut cx),
+            Poll::Ready((_, _, WorkQueue::Send))
+        ));
+        let (_, id2) = table.insert(Held::Nothing, WorkQueue::Recv).unwrap();
+        assert_ne!(id, id2);
+        // A stale id (the old generation) is ignored.
+        assert!(table.complete(&wc(id)).is_none());
+        assert_eq!(table.outstanding(), 1);
+    }
+
+    #[test]
+    fn abandoned_slots_are_freed_by_their_completion() {
+        let table = InFlightTable::new(2, true);
+        let (ticket, id) = table.insert(Held::Nothing, WorkQueue::Recv).unwrap();
+        assert!(table.owns(id));
+        assert!(!InFlightTable::new(1, false).owns(id));
+        assert!(table.abandon(&ticket).is_none());
+        assert_eq!(table.outstanding(), 1);
+        assert!(matches!(
+            table.complete(&wc(id)),
+            Some((WorkQueue::Recv, _))
+        ));
+        assert_eq!(table.outstanding(), 0);
+    }
+}
