@@ -15,7 +15,7 @@ use crate::verbs::{Access, ProtectionDomain, RegisteredBuffer, UserBuffer};
 ///
 /// Operations take the region by value and hand it back with their result, so the memory cannot
 /// be touched while the device owns it. The trait is sealed.
-pub trait RegisteredBytes: sealed::Sealed + Send + 'static {
+pub trait RegisteredBytes: sealed::SealedRegion + Send + 'static {
     /// The registered length in bytes.
     fn len(&self) -> usize;
 
@@ -33,7 +33,7 @@ pub(crate) mod sealed {
     pub struct Carried(pub(crate) UserBuffer);
 
     /// Conversions to and from the verbs layer's caller-owned buffer.
-    pub trait Sealed {
+    pub trait SealedRegion {
         fn into_user(self) -> Carried;
         fn from_user(buffer: Carried) -> Self;
         fn user(&self) -> &Carried;
@@ -191,7 +191,7 @@ impl DerefMut for LocalRegion {
     }
 }
 
-impl sealed::Sealed for LocalRegion {
+impl sealed::SealedRegion for LocalRegion {
     fn into_user(self) -> sealed::Carried {
         self.buffer
     }
@@ -274,7 +274,7 @@ impl SharedRegion {
     }
 }
 
-impl sealed::Sealed for SharedRegion {
+impl sealed::SealedRegion for SharedRegion {
     fn into_user(self) -> sealed::Carried {
         self.buffer
     }
