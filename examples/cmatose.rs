@@ -9,6 +9,10 @@
 //! many back, and disconnects. The client receives first, then replies, then waits for the
 //! server's disconnect. Port 7471, 10 messages of 100 bytes and one connection by default.
 
+#[path = "tool_flags.rs"]
+mod tool_flags;
+use tool_flags::Flags;
+
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -42,17 +46,15 @@ fn parse_args() -> Result<Args, String> {
         count: 10,
         size: 100,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "-s" => args.server = Some(value()?),
-            "-b" => args.bind = Some(value()?),
-            "-p" => args.port = value()?.parse().map_err(|e| format!("-p: {e}"))?,
-            "-c" => args.connections = number(value()?)?,
-            "-C" => args.count = number(value()?)?,
-            "-S" => args.size = number(value()?)?,
+            "-s" => args.server = Some(flags.value(&flag)?),
+            "-b" => args.bind = Some(flags.value(&flag)?),
+            "-p" => args.port = flags.parsed(&flag)?,
+            "-c" => args.connections = flags.parsed::<usize>(&flag)?,
+            "-C" => args.count = flags.parsed::<usize>(&flag)?,
+            "-S" => args.size = flags.parsed::<usize>(&flag)?,
             other => return Err(format!("unknown flag {other}")),
         }
     }

@@ -13,6 +13,10 @@
 //! on RoCE v2). mckey's `-M` (unmapped address), `-o` (send-only join) and `-l` (no loopback)
 //! are not supported.
 
+#[path = "tool_flags.rs"]
+mod tool_flags;
+use tool_flags::Flags;
+
 use std::io;
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -46,22 +50,17 @@ fn parse_args() -> Result<Args, String> {
         count: 10,
         size: 100,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "-m" => {
-                let v = value()?;
-                args.group = Some(v.parse().map_err(|e| format!("-m {v}: {e}"))?);
-            }
-            "-b" => args.bind = Some(value()?),
+            "-m" => args.group = Some(flags.parsed(&flag)?),
+            "-b" => args.bind = Some(flags.value(&flag)?),
             "-s" => args.sender = true,
-            "-c" => args.connections = number(value()?)?.max(1),
-            "-C" => args.count = number(value()?)?,
-            "-S" => args.size = number(value()?)?,
+            "-c" => args.connections = flags.parsed::<usize>(&flag)?.max(1),
+            "-C" => args.count = flags.parsed::<usize>(&flag)?,
+            "-S" => args.size = flags.parsed::<usize>(&flag)?,
             "-p" => {
-                let space = value()?;
+                let space = flags.value(&flag)?;
                 if !matches!(space.as_str(), "0x0111" | "273") {
                     return Err(format!(
                         "port space {space}: only UDP (0x0111) is supported"

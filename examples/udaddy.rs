@@ -11,6 +11,10 @@
 //! replies. 10 datagrams of 100 bytes and one client by default. The server needs `-b`: an
 //! rdma-async socket binds to the address of an RDMA device.
 
+#[path = "tool_flags.rs"]
+mod tool_flags;
+use tool_flags::Flags;
+
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -45,30 +49,28 @@ fn parse_args() -> Result<Args, String> {
         count: 10,
         size: 100,
     };
-    let mut it = std::env::args().skip(1);
-    while let Some(flag) = it.next() {
-        let mut value = || it.next().ok_or_else(|| format!("{flag} needs a value"));
-        let number = |v: String| v.parse::<usize>().map_err(|e| format!("{flag} {v}: {e}"));
+    let mut flags = Flags::from_env();
+    while let Some(flag) = flags.next_flag() {
         match flag.as_str() {
-            "-s" => args.server = Some(value()?),
-            "-b" => args.bind = Some(value()?),
-            "-c" => args.connections = number(value()?)?.max(1),
-            "-C" => args.count = number(value()?)?,
-            "-S" => args.size = number(value()?)?,
+            "-s" => args.server = Some(flags.value(&flag)?),
+            "-b" => args.bind = Some(flags.value(&flag)?),
+            "-c" => args.connections = flags.parsed::<usize>(&flag)?.max(1),
+            "-C" => args.count = flags.parsed::<usize>(&flag)?,
+            "-S" => args.size = flags.parsed::<usize>(&flag)?,
             "-P" | "-p" => {
-                let space = value()?;
+                let space = flags.value(&flag)?;
                 if !matches!(space.as_str(), "udp" | "0x0111" | "273") {
                     return Err(format!("port space {space}: only udp is supported"));
                 }
             }
             "-f" => {
-                let format = value()?;
+                let format = flags.value(&flag)?;
                 if !matches!(format.as_str(), "ip" | "name") {
                     return Err(format!("address format {format}: only ip and name"));
                 }
             }
             "-t" => {
-                value()?;
+                flags.value(&flag)?;
                 eprintln!("udaddy: -t (type of service) is not supported; ignored");
             }
             other => return Err(format!("unknown flag {other}")),

@@ -71,6 +71,17 @@ pub fn rdma_resources(kind: &str) -> io::Result<usize> {
     Ok(owned)
 }
 
+/// The resource kinds the leak tests count.
+pub const LEAK_KINDS: [&str; 4] = ["cm_id", "qp", "mr", "cq"];
+
+/// This process's count of each of [`LEAK_KINDS`] (see [`rdma_resources`]).
+pub fn leak_counts() -> Vec<usize> {
+    LEAK_KINDS
+        .iter()
+        .map(|k| rdma_resources(k).expect("rdma resource show"))
+        .collect()
+}
+
 /// The `io::ErrorKind` of a result that must be an error.
 pub fn err_kind<T: std::fmt::Debug>(r: io::Result<T>) -> (io::ErrorKind, String) {
     let e = r.expect_err("expected an error");

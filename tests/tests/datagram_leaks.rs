@@ -7,20 +7,15 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use rdma_async::datagram::RDatagram;
-use rdma_async_tests::{guard, rdma_resources, test_ip};
-
-const KINDS: [&str; 4] = ["cm_id", "qp", "mr", "cq"];
-
-fn counts() -> Vec<usize> {
-    KINDS
-        .iter()
-        .map(|k| rdma_resources(k).expect("rdma resource show"))
-        .collect()
-}
+use rdma_async_tests::{LEAK_KINDS, guard, leak_counts, rdma_resources, test_ip};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_sockets_and_cut_resolutions_leak_nothing() {
-    assert_eq!(counts(), vec![0; KINDS.len()], "the test starts with none");
+    assert_eq!(
+        leak_counts(),
+        vec![0; LEAK_KINDS.len()],
+        "the test starts with none"
+    );
     let group: IpAddr = "239.77.1.1".parse().unwrap();
     let a = RDatagram::bind(SocketAddr::new(test_ip(), 0))
         .await
@@ -59,8 +54,8 @@ async fn dropped_sockets_and_cut_resolutions_leak_nothing() {
     );
     drop((a, b));
     assert_eq!(
-        counts(),
-        vec![0; KINDS.len()],
-        "every resource is gone ({KINDS:?})"
+        leak_counts(),
+        vec![0; LEAK_KINDS.len()],
+        "every resource is gone ({LEAK_KINDS:?})"
     );
 }

@@ -4,23 +4,14 @@
 use std::time::Duration;
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::{guard, listener, rdma_resources};
-
-const KINDS: [&str; 4] = ["cm_id", "qp", "mr", "cq"];
-
-fn counts() -> Vec<usize> {
-    KINDS
-        .iter()
-        .map(|k| rdma_resources(k).expect("rdma resource show"))
-        .collect()
-}
+use rdma_async_tests::{LEAK_KINDS, guard, leak_counts, listener, rdma_resources};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connect_and_accept_futures_leak_nothing() {
-    let before = counts();
+    let before = leak_counts();
     assert_eq!(
         before,
-        vec![0; KINDS.len()],
+        vec![0; LEAK_KINDS.len()],
         "the test starts with no RDMA resources"
     );
     let listener = listener().await;
@@ -77,7 +68,7 @@ async fn dropped_connect_and_accept_futures_leak_nothing() {
     drop(listener);
     // Requests the cut-off rounds left queued die with the listener; everything is gone.
     assert_eq!(
-        counts(),
+        leak_counts(),
         before,
         "cm_id, qp, mr, cq owned by this process after the drops"
     );

@@ -7,19 +7,11 @@ use std::future::Future;
 use std::task::Poll;
 
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteSlice};
-use rdma_async_tests::{guard, rdma_pair, rdma_resources};
+use rdma_async_tests::{LEAK_KINDS, guard, leak_counts, rdma_pair, rdma_resources};
 
-const KINDS: [&str; 4] = ["cm_id", "qp", "mr", "cq"];
 const ROUNDS: usize = 2000;
 const SLOTS: u32 = 8;
 const SIZE: usize = 4096;
-
-fn counts() -> Vec<usize> {
-    KINDS
-        .iter()
-        .map(|k| rdma_resources(k).expect("rdma resource show"))
-        .collect()
-}
 
 /// xorshift: reproducible "random" cut points without a dependency.
 struct Rng(u64);
@@ -60,8 +52,8 @@ async fn read_slot(client: &RdmaConnection, remote: RemoteSlice) -> u8 {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_operations_never_corrupt_memory_and_leak_nothing() {
     assert_eq!(
-        counts(),
-        vec![0; KINDS.len()],
+        leak_counts(),
+        vec![0; LEAK_KINDS.len()],
         "the test starts with no RDMA resources"
     );
     let opts = RdmaOptions::new().send_depth(8).recv_depth(8);
@@ -189,8 +181,8 @@ async fn dropped_operations_never_corrupt_memory_and_leak_nothing() {
     guard("close server", server.close()).await;
     guard("close client", client.close()).await;
     assert_eq!(
-        counts(),
-        vec![0; KINDS.len()],
+        leak_counts(),
+        vec![0; LEAK_KINDS.len()],
         "every resource was released"
     );
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::net::ToSocketAddrs;
 
-use super::driver::{Parts, Shared, drive};
+use super::driver::{Parts, Shared, drive, lost_buffer};
 use super::options::RdmaOptions;
 use super::region::bytes_mut_to_vec;
 use super::region::sealed::Carried;
@@ -530,7 +530,7 @@ impl RdmaConnection {
         match bufs.pop() {
             Some(buf) => (result, buf),
             // `run` returns every buffer it was given.
-            None => unreachable_buffer(),
+            None => lost_buffer(),
         }
     }
 
@@ -978,11 +978,6 @@ impl RdmaConnection {
 
 fn received(wc: WorkCompletion) -> Received {
     Received::from_completion(&wc)
-}
-
-/// `run` hands back every buffer it took; this is never reached.
-fn unreachable_buffer<B>() -> B {
-    panic!("an RDMA operation lost its buffer")
 }
 
 impl Drop for RdmaConnection {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::connection::{Received, span};
-use super::driver::post_and_wait;
+use super::driver::{lost_buffer, post_and_wait};
 use super::region::sealed::Carried;
 use super::region::{LocalRegion, RegisteredBytes, adopt, allocate};
 use crate::error;
@@ -148,7 +148,7 @@ impl SharedReceiveQueue {
         let buf = match held {
             Held::One(b) => B::from_user(Carried(b)),
             // The table gives back exactly what it was given.
-            _ => return unreachable_buffer(),
+            _ => return lost_buffer(),
         };
         let result = result.and_then(|wc| {
             if wc.status.is_success() {
@@ -166,8 +166,4 @@ impl SharedReceiveQueue {
         });
         (result, buf)
     }
-}
-
-fn unreachable_buffer<T>() -> T {
-    panic!("a shared receive queue lost a buffer")
 }

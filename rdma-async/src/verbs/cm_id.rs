@@ -8,6 +8,7 @@ use std::sync::Arc;
 use rdma_async_sys as sys;
 
 use super::event_channel::{EventChannel, IncomingId};
+use super::protection_domain::ProtectionDomain;
 use super::sockaddr::{from_sockaddr, to_sockaddr};
 use crate::error;
 
@@ -147,6 +148,26 @@ impl CmId {
         let qp = unsafe { (*self.raw.as_ptr()).qp };
         // SAFETY: a non-null `qp` points to a live `ibv_qp` (above).
         (!qp.is_null()).then(|| unsafe { (*qp).qp_num })
+    }
+
+    /// Creates the id's queue pair (`rdma_create_qp`) on `pd`; `attr` is updated with the
+    /// capabilities granted. Returns the queue pair's number.
+    ///
+    /// # Safety
+    ///
+    /// The completion queues (and shared receive queue, if any) named in `attr` are live, on
+    /// `pd`'s device, and outlive the queue pair.
+    pub(crate) unsafe fn create_qp(
+        &self,
+        pd: &ProtectionDomain,
+        attr: &mut sys::ibv_qp_init_attr,
+    ) -> io::Result<u32> {
+        // SAFETY: the id and `pd` are live; the caller vouches for the queues in `attr`.
+        if unsafe { sys::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) } != 0 {
+            return Err(error::last_error("rdma_create_qp"));
+        }
+        self.qp_num()
+            .ok_or_else(|| error::call_error("rdma_create_qp", libc::EIO))
     }
 
     pub(crate) fn bind_addr(&self, addr: SocketAddr) -> io::Result<()> {

@@ -7,7 +7,7 @@
 //! first, and that table (an `Arc` the queue pair holds) outlives the queue pair.
 
 use std::io;
-use std::ptr::{self, NonNull};
+use std::ptr;
 use std::sync::Arc;
 
 use rdma_async_sys as sys;
@@ -187,15 +187,9 @@ impl QueuePair {
         }
         attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
         attr.sq_sig_all = 0;
-        // SAFETY: id, pd and CQs are live and on the same device; `attr` is initialised.
-        if unsafe { sys::rdma_create_qp(id.as_ptr(), pd.as_ptr(), &mut attr) } != 0 {
-            return Err(error::last_error("rdma_create_qp"));
-        }
-        // SAFETY: on success rdma_create_qp stored the new QP in the id.
-        let qp = unsafe { (*id.as_ptr()).qp };
-        let qp = NonNull::new(qp).ok_or_else(|| error::call_error("rdma_create_qp", libc::EIO))?;
-        // SAFETY: `qp` is the live QP just created.
-        let qp_num = unsafe { (*qp.as_ptr()).qp_num };
+        // SAFETY: the CQs (and SRQ) in `attr` are on `pd`'s device and are kept by the queue
+        // pair, which destroys itself before releasing them.
+        let qp_num = unsafe { id.create_qp(&pd, &mut attr)? };
         Ok(QueuePair {
             id,
             qp_num,
