@@ -9,8 +9,8 @@ use rdma_async_sys::rdma_cm_event_type as ev;
 use std::task::{Context, Poll, ready};
 
 use super::events::CmEvents;
+use crate::reactor::FdWaiter;
 use crate::verbs::CmId;
-use crate::wait::FdWaiter;
 
 /// State of an established connection as rdma_cm reports it.
 #[derive(Debug, Default)]

@@ -18,13 +18,13 @@ use super::responder::{Shared, answer_requests};
 use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
 use crate::cm::resolve::resolve;
-use crate::completion::AsyncCq;
 use crate::error;
+use crate::reactor::AsyncCq;
+use crate::reactor::FdWaiter;
 use crate::verbs::{
     AddressHandle, CompletionChannel, CompletionQueue, GRH_LEN, ProtectionDomain, UdCaps,
     UdQueuePair, UdSend, WcStatus, WorkCompletion, port_mtu,
 };
-use crate::wait::FdWaiter;
 
 /// Pending SIDR requests the bound id queues (as `TcpListener::bind`'s backlog).
 const BACKLOG: i32 = 1024;
@@ -41,7 +41,7 @@ struct SendState {
 
 /// A received datagram waiting in its receive slot.
 #[derive(Debug)]
-struct Received {
+struct ArrivedDatagram {
     slot: usize,
     len: usize,
     from: SocketAddr,
@@ -49,7 +49,7 @@ struct Received {
 
 #[derive(Debug)]
 struct RecvState {
-    ready: VecDeque<Received>,
+    ready: VecDeque<ArrivedDatagram>,
     error: Option<(io::ErrorKind, String)>,
 }
 
@@ -722,7 +722,7 @@ impl RDatagram {
     }
 
     /// Checks a receive completion and attributes its datagram; `None` for one to discard.
-    fn classify(&self, wc: &WorkCompletion) -> Option<Received> {
+    fn classify(&self, wc: &WorkCompletion) -> Option<ArrivedDatagram> {
         let slot = wc.wr_id as usize;
         let byte_len = wc.byte_len as usize;
         if !wc.status.is_success() {
@@ -749,7 +749,7 @@ impl RDatagram {
         if who.first && !multicast {
             self.learn_reply_route(who.from, who.sequenced, wc, &header);
         }
-        Some(Received {
+        Some(ArrivedDatagram {
             slot,
             len: byte_len - GRH_LEN,
             from: who.from,

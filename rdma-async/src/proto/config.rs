@@ -104,6 +104,7 @@ impl Config {
 
     /// Clamp both queue depths to the device's `max_qp_wr` (C's `rs_set_qp_size`), never below
     /// the protocol minimum of 16.
+    #[cfg(test)]
     pub(crate) const fn with_device_max_qp_wr(mut self, max_qp_wr: u32) -> Self {
         let max = if max_qp_wr < RS_QP_MAX_SIZE {
             max_qp_wr

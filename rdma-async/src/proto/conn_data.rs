@@ -50,6 +50,7 @@ impl ConnData {
     }
 
     /// Whether the sender has an iomap table (IOMAP flag).
+    #[cfg(test)]
     pub(crate) fn iomap(&self) -> bool {
         self.flags & RS_CONN_FLAG_IOMAP != 0
     }

@@ -115,6 +115,7 @@ impl Connection {
     }
 
     /// The (clamped) sizes this connection uses.
+    #[cfg(test)]
     pub(crate) fn config(&self) -> &Config {
         &self.config
     }
@@ -173,6 +174,7 @@ impl Connection {
     }
 
     /// Whether a write would make progress now (POLLOUT).
+    #[cfg(test)]
     pub(crate) fn can_write(&self) -> bool {
         self.write_readiness().is_ok()
     }
@@ -503,6 +505,7 @@ impl Connection {
 
     /// Sends posted and not yet completed. Memory they use must stay registered until this is
     /// 0 (after a disconnect the driver drains the flushed completions).
+    #[cfg(test)]
     pub(crate) fn sends_in_flight(&self) -> usize {
         self.sends.len()
     }
@@ -522,16 +525,19 @@ impl Connection {
 
     /// Connected (peer data taken, not disconnected or failed). Stays true after a local
     /// shutdown/close until the DISCONNECT completes.
+    #[cfg(test)]
     pub(crate) fn is_connected(&self) -> bool {
         self.state.connected
     }
 
     /// New data may still arrive for local reads.
+    #[cfg(test)]
     pub(crate) fn is_readable(&self) -> bool {
         self.state.readable
     }
 
     /// Local writes are still allowed (they may be blocked on resources).
+    #[cfg(test)]
     pub(crate) fn is_writable(&self) -> bool {
         self.state.writable
     }
@@ -542,6 +548,7 @@ impl Connection {
     }
 
     /// End of stream for reads: nothing left to read and nothing more will arrive.
+    #[cfg(test)]
     pub(crate) fn is_eof(&self) -> bool {
         self.read_status() == ReadStatus::Eof
     }
@@ -553,6 +560,7 @@ impl Connection {
 
     /// Sender counters for diagnostics and tests: (sseq_no, sseq_comp, sbuf bytes free, data
     /// SQ entries free).
+    #[cfg(test)]
     pub(crate) fn send_counters(&self) -> (u16, u16, u32, u32) {
         (
             self.sender.sseq_no(),
@@ -563,16 +571,19 @@ impl Connection {
     }
 
     /// Receiver counters for diagnostics and tests: (rseq_no, ungranted free ring bytes).
+    #[cfg(test)]
     pub(crate) fn recv_counters(&self) -> (u16, u32) {
         (self.receiver.rseq_no(), self.receiver.rbuf_bytes_avail())
     }
 
     /// Control messages in flight.
+    #[cfg(test)]
     pub(crate) fn control_in_flight(&self) -> u32 {
         self.control.in_flight()
     }
 
     /// What is left of the buffer the peer granted in our target SGL slot `slot`.
+    #[cfg(test)]
     pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
         self.sender.target_slot(slot)
     }

@@ -40,6 +40,7 @@ impl Control {
     }
 
     /// Control messages in flight.
+    #[cfg(test)]
     pub(crate) fn in_flight(&self) -> u32 {
         self.in_flight
     }

@@ -53,11 +53,13 @@ impl ProtoError {
     }
 
     /// The kind of failure.
+    #[cfg(test)]
     pub(crate) fn kind(&self) -> ProtoErrorKind {
         self.kind
     }
 
     /// The human-readable description.
+    #[cfg(test)]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }

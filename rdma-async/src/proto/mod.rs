@@ -10,7 +10,7 @@
 //! The wire format and rules come from `shared/design/rsocket-protocol.md` (§1.2 connection
 //! data, §2 data path, §2.9 interop checklist, §3 control messages). Every value a peer
 //! controls is checked; a violation is a [`ProtoError`], never a panic. A simulated pair of
-//! peers (`crate::sim`, tests only) checks every remote write against what the receiver had
+//! peers (`sim`, tests only) checks every remote write against what the receiver had
 //! granted at that moment.
 //!
 //! Files: `config` (sizes and constants), `conn_data` (the 40 private-data bytes), `imm` (the
@@ -19,9 +19,6 @@
 //! (work-request ids), `state`, `connection` (the whole), `error`.
 
 #![forbid(unsafe_code)]
-// The stream driver that uses this core is not written yet (issue 3); until then most of the
-// API is exercised only by the tests and the simulator.
-#![cfg_attr(not(test), allow(dead_code, unused_imports))]
 
 mod config;
 mod conn_data;
@@ -38,19 +35,34 @@ mod state;
 mod wr;
 
 #[cfg(test)]
+mod sim;
+#[cfg(test)]
 mod tests;
 
-pub(crate) use config::{
-    Config, RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RS_QP_CTRL_SIZE, RS_SGL_SIZE, RS_SNDLOWAT,
-};
-pub(crate) use conn_data::{CONN_DATA_LEN, ConnData, iomap_code_to_size, iomap_size_to_code};
-pub(crate) use connection::{
-    Connection, LocalLayout, ReadStatus, RecvAction, RecvEvent, TARGET_SGL_BYTES, WriteError,
-};
+pub(crate) use config::Config;
+pub(crate) use conn_data::ConnData;
+pub(crate) use connection::{Connection, LocalLayout, ReadStatus, TARGET_SGL_BYTES, WriteError};
 pub(crate) use error::{ProtoError, ProtoErrorKind};
-pub(crate) use imm::{CtrlCode, Op};
-pub(crate) use plan::{ControlKind, ControlWrite, DataWrite};
-pub(crate) use ring::{Segment, Segments};
-pub(crate) use sender::{WriteBlocked, WriteCall};
-pub(crate) use sge::{ByteOrder, RsSge};
+pub(crate) use plan::DataWrite;
+pub(crate) use sender::WriteCall;
 pub(crate) use wr::WR_ID_RECV_FLAG;
+
+// What only the unit tests and the simulator reach through `crate::proto`.
+#[cfg(test)]
+pub(crate) use config::{
+    RS_MAX_TRANSFER, RS_OLAP_START_SIZE, RS_QP_CTRL_SIZE, RS_SGL_SIZE, RS_SNDLOWAT,
+};
+#[cfg(test)]
+pub(crate) use conn_data::{CONN_DATA_LEN, iomap_code_to_size, iomap_size_to_code};
+#[cfg(test)]
+pub(crate) use connection::{RecvAction, RecvEvent};
+#[cfg(test)]
+pub(crate) use imm::{CtrlCode, Op};
+#[cfg(test)]
+pub(crate) use plan::{ControlKind, ControlWrite};
+#[cfg(test)]
+pub(crate) use ring::{Segment, Segments};
+#[cfg(test)]
+pub(crate) use sender::WriteBlocked;
+#[cfg(test)]
+pub(crate) use sge::{ByteOrder, RsSge};

@@ -273,11 +273,13 @@ impl Receiver {
     }
 
     /// Messages fully consumed by the application (mod 2^16).
+    #[cfg(test)]
     pub(crate) fn rseq_no(&self) -> u16 {
         self.rseq_no
     }
 
     /// Free receive-ring bytes not yet granted.
+    #[cfg(test)]
     pub(crate) fn rbuf_bytes_avail(&self) -> u32 {
         self.rbuf_bytes_avail
     }

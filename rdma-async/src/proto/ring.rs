@@ -56,11 +56,13 @@ impl Segments {
     }
 
     /// Total bytes.
+    #[cfg(test)]
     pub(crate) fn total(&self) -> usize {
         self.as_slice().iter().map(|s| s.len).sum()
     }
 
     /// Whether there are no bytes.
+    #[cfg(test)]
     pub(crate) fn is_empty(&self) -> bool {
         self.count == 0
     }

@@ -253,31 +253,37 @@ impl Sender {
     }
 
     /// Whether no data write is in flight.
+    #[cfg(test)]
     pub(crate) fn idle(&self) -> bool {
         self.sqe_avail == self.sqe_max
     }
 
     /// Data messages sent so far (mod 2^16).
+    #[cfg(test)]
     pub(crate) fn sseq_no(&self) -> u16 {
         self.sseq_no
     }
 
     /// Current send limit.
+    #[cfg(test)]
     pub(crate) fn sseq_comp(&self) -> u16 {
         self.sseq_comp
     }
 
     /// Free send-buffer bytes.
+    #[cfg(test)]
     pub(crate) fn sbuf_bytes_avail(&self) -> u32 {
         self.sbuf_bytes_avail
     }
 
     /// Free data send-queue entries.
+    #[cfg(test)]
     pub(crate) fn sqe_avail(&self) -> u32 {
         self.sqe_avail
     }
 
     /// The local copy of target SGL slot `slot` (what is left of the granted buffer).
+    #[cfg(test)]
     pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
         self.target_sgl.get(slot).copied()
     }

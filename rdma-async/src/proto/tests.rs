@@ -1,5 +1,5 @@
 //! Connection-level tests with hand-made completions: hostile or broken peers, byte order,
-//! driver misuse. End-to-end scenarios live in `crate::sim`.
+//! driver misuse. End-to-end scenarios live in `super::sim`.
 
 use super::*;
 

@@ -65,6 +65,7 @@ impl SendQueue {
     }
 
     /// Sends posted and not yet completed.
+    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.fifo.len()
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use bytes::BytesMut;
 use tokio::net::ToSocketAddrs;
 
-use super::driver::{Parts, Shared, drive, lost_buffer};
+use super::completion_task::{ConnParts, ConnShared, lost_buffer, run_completion_task};
 use super::options::RdmaOptions;
 use super::region::bytes_mut_to_vec;
 use super::region::sealed::Carried;
@@ -19,8 +19,8 @@ use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::resolve::connect_each;
-use crate::completion::{AsyncCq, wc_error};
 use crate::error;
+use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
     Access, CmId, CompletionChannel, CompletionQueue, Held, IdDevice, InFlightTable, Opcode,
     ProtectionDomain, QpCaps, QueuePair, Segment, WcStatus, WorkCompletion, WorkQueue,
@@ -114,12 +114,12 @@ impl Received {
 /// the queue pair is destroyed before its buffers are freed, which is equally safe).
 #[derive(Debug)]
 pub struct RdmaConnection {
-    shared: Arc<Shared>,
+    shared: Arc<ConnShared>,
     /// The completion task; it ends after a close has drained the queue pair.
-    driver: Option<tokio::task::JoinHandle<()>>,
+    completion_task: Option<tokio::task::JoinHandle<()>>,
 }
 
-fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<Parts> {
+fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
     let device = IdDevice::of(id)?;
     let (pd, srq_depth) = match &opts.srq {
         Some(srq) => {
@@ -158,7 +158,7 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<Parts> {
         table.clone(),
         opts.srq.as_ref().map(|srq| srq.inner.srq.clone()),
     )?;
-    Ok(Parts {
+    Ok(ConnParts {
         qp,
         cq: AsyncCq::new(cq, opts.busy_poll),
         table,
@@ -189,7 +189,7 @@ pub(super) fn span(len: usize, range: impl RangeBounds<usize>) -> io::Result<(us
 
 /// What an operation was, for its error messages.
 #[derive(Debug, Clone, Copy)]
-enum Op {
+enum OpKind {
     Send,
     Recv,
     Write(RemoteSlice),
@@ -197,14 +197,14 @@ enum Op {
     Atomic(&'static str, RemoteSlice),
 }
 
-impl Op {
+impl OpKind {
     fn describe(self) -> String {
         match self {
-            Op::Send => "send".to_owned(),
-            Op::Recv => "receive".to_owned(),
-            Op::Write(r) => format!("RDMA write to {:#x} (rkey {:#x})", r.addr(), r.rkey()),
-            Op::Read(r) => format!("RDMA read of {:#x} (rkey {:#x})", r.addr(), r.rkey()),
-            Op::Atomic(name, r) => {
+            OpKind::Send => "send".to_owned(),
+            OpKind::Recv => "receive".to_owned(),
+            OpKind::Write(r) => format!("RDMA write to {:#x} (rkey {:#x})", r.addr(), r.rkey()),
+            OpKind::Read(r) => format!("RDMA read of {:#x} (rkey {:#x})", r.addr(), r.rkey()),
+            OpKind::Atomic(name, r) => {
                 format!("atomic {name} at {:#x} (rkey {:#x})", r.addr(), r.rkey())
             }
         }
@@ -213,14 +213,14 @@ impl Op {
     /// The verb for length errors ("an RDMA write of N bytes ...").
     fn verb(self) -> &'static str {
         match self {
-            Op::Write(_) => "write",
-            Op::Read(_) => "read",
+            OpKind::Write(_) => "write",
+            OpKind::Read(_) => "read",
             _ => "operation",
         }
     }
 
     fn sending(self) -> bool {
-        !matches!(self, Op::Recv)
+        !matches!(self, OpKind::Recv)
     }
 }
 
@@ -269,19 +269,19 @@ impl RdmaConnection {
         Ok(Self::assemble(parts, link, options))
     }
 
-    fn assemble(parts: Parts, link: CmLink, options: &RdmaOptions) -> Self {
+    fn assemble(parts: ConnParts, link: CmLink, options: &RdmaOptions) -> Self {
         tracing::debug!(peer = %link.peer_addr(), qp = parts.qp.qp_num(), "RDMA connection established");
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(ConnShared::new(
             link,
             parts,
             options.srq.clone(),
             (options.send_depth, options.recv_depth),
         ));
         // connect/accept run inside Tokio (the rdma_cm channel is on its reactor).
-        let driver = tokio::spawn(drive(shared.clone()));
+        let completion_task = tokio::spawn(run_completion_task(shared.clone()));
         RdmaConnection {
             shared,
-            driver: Some(driver),
+            completion_task: Some(completion_task),
         }
     }
 
@@ -438,7 +438,7 @@ impl RdmaConnection {
     /// Runs one send-queue or receive operation over `bufs` and maps its completion.
     async fn run<B: RegisteredBytes>(
         &self,
-        op: Op,
+        op: OpKind,
         opcode: Option<Opcode>,
         bufs: Vec<(B, Range<usize>)>,
     ) -> (io::Result<WorkCompletion>, Vec<B>) {
@@ -496,7 +496,7 @@ impl RdmaConnection {
         (result, back(held))
     }
 
-    fn completion_error(&self, wc: &WorkCompletion, op: Op) -> io::Error {
+    fn completion_error(&self, wc: &WorkCompletion, op: OpKind) -> io::Error {
         let what = op.describe();
         if wc.status == WcStatus::FLUSH {
             return self.shared.flush_error(&what, op.sending());
@@ -517,7 +517,7 @@ impl RdmaConnection {
 
     async fn run_one<B: RegisteredBytes>(
         &self,
-        op: Op,
+        op: OpKind,
         opcode: Option<Opcode>,
         buf: B,
         range: impl RangeBounds<usize>,
@@ -552,7 +552,7 @@ impl RdmaConnection {
         range: impl RangeBounds<usize>,
     ) -> (io::Result<()>, B) {
         let (r, b) = self
-            .run_one(Op::Send, Some(Opcode::Send { imm: None }), buf, range)
+            .run_one(OpKind::Send, Some(Opcode::Send { imm: None }), buf, range)
             .await;
         (r.map(drop), b)
     }
@@ -573,7 +573,7 @@ impl RdmaConnection {
         imm: u32,
     ) -> (io::Result<()>, B) {
         let op = Some(Opcode::Send { imm: Some(imm) });
-        let (r, b) = self.run_one(Op::Send, op, buf, range).await;
+        let (r, b) = self.run_one(OpKind::Send, op, buf, range).await;
         (r.map(drop), b)
     }
 
@@ -591,7 +591,7 @@ impl RdmaConnection {
         bufs: Vec<(B, Range<usize>)>,
     ) -> (io::Result<()>, Vec<B>) {
         let (r, b) = self
-            .run(Op::Send, Some(Opcode::Send { imm: None }), bufs)
+            .run(OpKind::Send, Some(Opcode::Send { imm: None }), bufs)
             .await;
         (r.map(drop), b)
     }
@@ -613,7 +613,7 @@ impl RdmaConnection {
         buf: B,
         range: impl RangeBounds<usize>,
     ) -> (io::Result<Received>, B) {
-        let (r, b) = self.run_one(Op::Recv, None, buf, range).await;
+        let (r, b) = self.run_one(OpKind::Recv, None, buf, range).await;
         (r.map(received), b)
     }
 
@@ -630,7 +630,7 @@ impl RdmaConnection {
         &self,
         bufs: Vec<(B, Range<usize>)>,
     ) -> (io::Result<Received>, Vec<B>) {
-        let (r, b) = self.run(Op::Recv, None, bufs).await;
+        let (r, b) = self.run(OpKind::Recv, None, bufs).await;
         (r.map(received), b)
     }
 
@@ -646,7 +646,9 @@ impl RdmaConnection {
     ///
     /// As [`Self::recv`]: a write's immediate that lands in a dropped receive is lost.
     pub async fn recv_imm(&self) -> io::Result<Received> {
-        let (r, _) = self.run::<LocalRegion>(Op::Recv, None, Vec::new()).await;
+        let (r, _) = self
+            .run::<LocalRegion>(OpKind::Recv, None, Vec::new())
+            .await;
         r.map(received)
     }
 
@@ -714,14 +716,14 @@ impl RdmaConnection {
             rkey: remote.rkey(),
             imm,
         };
-        self.one_sided(Op::Write(remote), opcode, buf, range, remote)
+        self.one_sided(OpKind::Write(remote), opcode, buf, range, remote)
             .await
     }
 
     /// An RDMA read or write of `range` of `buf`, checked against `remote` first.
     async fn one_sided<B: RegisteredBytes>(
         &self,
-        op: Op,
+        op: OpKind,
         opcode: Opcode,
         buf: B,
         range: impl RangeBounds<usize>,
@@ -740,7 +742,7 @@ impl RdmaConnection {
     /// The vectored form of [`Self::one_sided`].
     async fn one_sided_vectored<B: RegisteredBytes>(
         &self,
-        op: Op,
+        op: OpKind,
         opcode: Opcode,
         bufs: Vec<(B, Range<usize>)>,
         remote: RemoteSlice,
@@ -772,7 +774,7 @@ impl RdmaConnection {
             rkey: remote.rkey(),
             imm: None,
         };
-        self.one_sided_vectored(Op::Write(remote), opcode, bufs, remote)
+        self.one_sided_vectored(OpKind::Write(remote), opcode, bufs, remote)
             .await
     }
 
@@ -796,7 +798,7 @@ impl RdmaConnection {
             remote_addr: remote.addr(),
             rkey: remote.rkey(),
         };
-        self.one_sided(Op::Read(remote), opcode, buf, range, remote)
+        self.one_sided(OpKind::Read(remote), opcode, buf, range, remote)
             .await
     }
 
@@ -818,7 +820,7 @@ impl RdmaConnection {
             remote_addr: remote.addr(),
             rkey: remote.rkey(),
         };
-        self.one_sided_vectored(Op::Read(remote), opcode, bufs, remote)
+        self.one_sided_vectored(OpKind::Read(remote), opcode, bufs, remote)
             .await
     }
 
@@ -922,7 +924,7 @@ impl RdmaConnection {
         }
         let (r, buf) = self
             .run_one(
-                Op::Atomic(name, remote),
+                OpKind::Atomic(name, remote),
                 Some(opcode),
                 buf,
                 offset..offset + 8,
@@ -956,9 +958,9 @@ impl RdmaConnection {
     pub async fn close(mut self) {
         let _ = self.shared.link.disconnect();
         self.shared.begin_close();
-        if let Some(driver) = self.driver.take() {
+        if let Some(completion_task) = self.completion_task.take() {
             // The task only ends; a panic in it would be a bug reported by the runtime.
-            let _ = driver.await;
+            let _ = completion_task.await;
         }
     }
 

@@ -37,8 +37,8 @@
 //! # Ok(()) }
 //! ```
 
+mod completion_task;
 mod connection;
-mod driver;
 mod options;
 mod region;
 mod remote;

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
+use super::completion_task::{lost_buffer, post_and_wait};
 use super::connection::{Received, span};
-use super::driver::{lost_buffer, post_and_wait};
 use super::region::sealed::Carried;
 use super::region::{LocalRegion, RegisteredBytes, adopt, allocate};
 use crate::error;

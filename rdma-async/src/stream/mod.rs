@@ -1,12 +1,12 @@
 //! Byte streams over RDMA that speak rsockets' wire protocol: [`RStream`] and [`RListener`],
 //! drop-ins for Tokio's `TcpStream` and `TcpListener`.
 
-mod driver;
 mod listener;
 mod options;
 mod rstream;
 mod split;
 mod stats;
+mod stream_core;
 
 pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;

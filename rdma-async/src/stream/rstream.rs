@@ -11,10 +11,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
-use super::driver::{self, Driver};
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
+use super::stream_core::{self, StreamCore};
 use crate::cm::handshake;
 use crate::cm::resolve::connect_each;
 use crate::cm::{ConnParams, ConnectRequest};
@@ -25,7 +25,7 @@ const LINGER: Duration = Duration::from_secs(10);
 
 /// Posts a keepalive every `interval` while the stream lives (the task holds only a weak
 /// reference, so it ends with the stream).
-fn spawn_keepalive(driver: std::sync::Weak<Driver>, interval: Duration, span: tracing::Span) {
+fn spawn_keepalive(core: std::sync::Weak<StreamCore>, interval: Duration, span: tracing::Span) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -33,10 +33,10 @@ fn spawn_keepalive(driver: std::sync::Weak<Driver>, interval: Duration, span: tr
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         loop {
             ticks.tick().await;
-            let Some(driver) = driver.upgrade() else {
+            let Some(core) = core.upgrade() else {
                 return;
             };
-            if let Err(e) = driver.send_keepalive() {
+            if let Err(e) = core.send_keepalive() {
                 tracing::debug!(error = %e, "keepalive stopped");
                 return;
             }
@@ -83,53 +83,53 @@ pub struct RStream {
 /// What a stream and its owned halves share; the connection closes when the last is dropped.
 #[derive(Debug)]
 pub(super) struct Inner {
-    driver: Arc<Driver>,
+    core: Arc<StreamCore>,
 }
 
 impl Inner {
-    pub(super) fn driver(&self) -> &Driver {
-        &self.driver
+    pub(super) fn core(&self) -> &StreamCore {
+        &self.core
     }
 
     pub(super) async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut buf = ReadBuf::new(buf);
-        std::future::poll_fn(|cx| self.driver.poll_read(cx, &mut buf, true)).await?;
+        std::future::poll_fn(|cx| self.core.poll_read(cx, &mut buf, true)).await?;
         Ok(buf.filled().len())
     }
 
     pub(super) async fn readable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.driver.poll_read_ready(cx)).await
+        std::future::poll_fn(|cx| self.core.poll_read_ready(cx)).await
     }
 
     pub(super) async fn writable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.driver.poll_write_ready(cx)).await
+        std::future::poll_fn(|cx| self.core.poll_write_ready(cx)).await
     }
 
     pub(super) fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut buf = ReadBuf::new(buf);
-        self.driver.try_read(&mut buf)?;
+        self.core.try_read(&mut buf)?;
         Ok(buf.filled().len())
     }
 
     pub(super) fn peer_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.driver.link().peer_addr())
+        Ok(self.core.link().peer_addr())
     }
 
     pub(super) fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.driver.link().local_addr())
+        Ok(self.core.link().local_addr())
     }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if self.driver.begin_close()
+        if self.core.begin_close()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             // Keep the rings registered until the peer has what was written before the drop.
-            let driver = self.driver.clone();
-            let span = driver.link().span().clone();
+            let core = self.core.clone();
+            let span = core.link().span().clone();
             let linger = async move {
-                match tokio::time::timeout(LINGER, driver.linger()).await {
+                match tokio::time::timeout(LINGER, core.linger()).await {
                     Ok(()) => tracing::debug!("closed after lingering"),
                     Err(_) => {
                         tracing::debug!(?LINGER, "closed: the peer did not take all data in time")
@@ -178,12 +178,12 @@ impl RStream {
 
     async fn connect_one(dst: SocketAddr, options: &RStreamOptions) -> io::Result<RStream> {
         let (mut parts, link) = handshake::connect(dst, &options.dial, &rsocket_params(), |id| {
-            driver::build(id, options)
+            stream_core::build(id, options)
         })
         .await?;
-        driver::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
-        let driver = Driver::new(parts, link)?;
-        Ok(RStream::from_driver(driver, options))
+        stream_core::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
+        let core = StreamCore::new(parts, link)?;
+        Ok(RStream::from_core(core, options))
     }
 
     /// Accepts a connection request as a stream.
@@ -208,26 +208,22 @@ impl RStream {
         }
         let (parts, link) = request
             .accept_with(&rsocket_params(), |id| {
-                let (mut parts, data) = driver::build(id, options)?;
-                driver::apply_peer_conn_data(&mut parts, &peer_data, peer)?;
+                let (mut parts, data) = stream_core::build(id, options)?;
+                stream_core::apply_peer_conn_data(&mut parts, &peer_data, peer)?;
                 Ok((parts, data))
             })
             .await?;
-        let driver = Driver::new(parts, link)?;
-        Ok(RStream::from_driver(driver, options))
+        let core = StreamCore::new(parts, link)?;
+        Ok(RStream::from_core(core, options))
     }
 
-    fn from_driver(driver: Driver, options: &RStreamOptions) -> RStream {
-        let driver = Arc::new(driver);
+    fn from_core(core: StreamCore, options: &RStreamOptions) -> RStream {
+        let core = Arc::new(core);
         if let Some(interval) = options.keepalive {
-            spawn_keepalive(
-                Arc::downgrade(&driver),
-                interval,
-                driver.link().span().clone(),
-            );
+            spawn_keepalive(Arc::downgrade(&core), interval, core.link().span().clone());
         }
         RStream {
-            inner: Arc::new(Inner { driver }),
+            inner: Arc::new(Inner { core }),
         }
     }
 
@@ -327,7 +323,7 @@ impl RStream {
     ///
     /// `WouldBlock`, `BrokenPipe` once writing is shut down, or the connection's error.
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.driver.try_write(&[buf])
+        self.inner.core.try_write(&[buf])
     }
 
     /// As [`Self::try_write`], gathering from several buffers.
@@ -337,7 +333,7 @@ impl RStream {
     /// As [`Self::try_write`].
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.inner.driver().try_write(&slices)
+        self.inner.core().try_write(&slices)
     }
 
     /// Test hook: sends the raw immediate word `imm` to the peer outside the protocol, to
@@ -349,12 +345,12 @@ impl RStream {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub fn __send_raw_immediate(&self, imm: u32) -> io::Result<()> {
-        self.inner.driver().send_raw_immediate(imm)
+        self.inner.core().send_raw_immediate(imm)
     }
 
     /// What the stream did on the device so far (work requests, completions, bytes).
     pub fn stats(&self) -> StreamStats {
-        self.inner.driver().stats()
+        self.inner.core().stats()
     }
 
     /// Splits the stream into a reading and a writing half that borrow it (no cost, no lock).
@@ -379,7 +375,7 @@ impl AsyncRead for RStream {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        self.inner.driver.poll_read(cx, buf, false)
+        self.inner.core.poll_read(cx, buf, false)
     }
 }
 
@@ -389,7 +385,7 @@ impl AsyncWrite for RStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.inner.driver.poll_write(cx, &[buf])
+        self.inner.core.poll_write(cx, &[buf])
     }
 
     fn poll_write_vectored(
@@ -398,7 +394,7 @@ impl AsyncWrite for RStream {
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.inner.driver.poll_write(cx, &slices)
+        self.inner.core.poll_write(cx, &slices)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -406,10 +402,10 @@ impl AsyncWrite for RStream {
     }
 
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.driver.poll_flush()
+        self.inner.core.poll_flush()
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        self.inner.driver.poll_shutdown(cx)
+        self.inner.core.poll_shutdown(cx)
     }
 }

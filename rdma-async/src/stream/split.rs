@@ -12,7 +12,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::rstream::{Inner, RStream};
 
-/// Gathers `IoSlice`s for the driver.
+/// Gathers `IoSlice`s for the core.
 fn slices<'a>(bufs: &'a [io::IoSlice<'a>]) -> Vec<&'a [u8]> {
     bufs.iter().map(|b| &**b).collect()
 }
@@ -90,7 +90,7 @@ impl OwnedWriteHalf {
 impl Drop for OwnedWriteHalf {
     fn drop(&mut self) {
         if self.shutdown_on_drop {
-            self.inner.driver().begin_shutdown();
+            self.inner.core().begin_shutdown();
         }
     }
 }
@@ -216,7 +216,7 @@ macro_rules! write_half_methods {
         ///
         /// As [`RStream::try_write`].
         pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-            self.shared().driver().try_write(&[buf])
+            self.shared().core().try_write(&[buf])
         }
 
         /// The peer's address.
@@ -264,7 +264,7 @@ macro_rules! impl_async_read {
                 cx: &mut Context<'_>,
                 buf: &mut ReadBuf<'_>,
             ) -> Poll<io::Result<()>> {
-                self.shared().driver().poll_read(cx, buf, false)
+                self.shared().core().poll_read(cx, buf, false)
             }
         }
     };
@@ -279,7 +279,7 @@ macro_rules! impl_async_write {
                 cx: &mut Context<'_>,
                 buf: &[u8],
             ) -> Poll<io::Result<usize>> {
-                self.shared().driver().poll_write(cx, &[buf])
+                self.shared().core().poll_write(cx, &[buf])
             }
 
             fn poll_write_vectored(
@@ -287,7 +287,7 @@ macro_rules! impl_async_write {
                 cx: &mut Context<'_>,
                 bufs: &[io::IoSlice<'_>],
             ) -> Poll<io::Result<usize>> {
-                self.shared().driver().poll_write(cx, &slices(bufs))
+                self.shared().core().poll_write(cx, &slices(bufs))
             }
 
             fn is_write_vectored(&self) -> bool {
@@ -295,11 +295,11 @@ macro_rules! impl_async_write {
             }
 
             fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                self.shared().driver().poll_flush()
+                self.shared().core().poll_flush()
             }
 
             fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-                self.shared().driver().poll_shutdown(cx)
+                self.shared().core().poll_shutdown(cx)
             }
         }
     };

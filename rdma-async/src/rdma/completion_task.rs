@@ -11,7 +11,7 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::srq::SharedReceiveQueue;
 use crate::cm::link::CmLink;
-use crate::completion::{AsyncCq, wc_error};
+use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
     Held, IdDevice, InFlightTable, ProtectionDomain, QueuePair, Ticket, WcStatus, WorkCompletion,
     WorkQueue,
@@ -23,7 +23,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 
 /// What is created between route resolution and connect/accept.
 #[derive(Debug)]
-pub(super) struct Parts {
+pub(super) struct ConnParts {
     pub(super) qp: QueuePair,
     pub(super) cq: AsyncCq,
     pub(super) table: Arc<InFlightTable>,
@@ -33,7 +33,7 @@ pub(super) struct Parts {
 
 /// Everything a connection owns; the completion task holds it too.
 #[derive(Debug)]
-pub(super) struct Shared {
+pub(super) struct ConnShared {
     // Drop order: disconnect, destroy the queue pair, then the table's buffers and the rest.
     pub(super) link: CmLink,
     pub(super) qp: QueuePair,
@@ -50,14 +50,14 @@ pub(super) struct Shared {
     closing: AtomicBool,
 }
 
-impl Shared {
+impl ConnShared {
     pub(super) fn new(
         link: CmLink,
-        parts: Parts,
+        parts: ConnParts,
         srq: Option<SharedReceiveQueue>,
         depths: (u32, u32),
     ) -> Self {
-        Shared {
+        ConnShared {
             link,
             qp: parts.qp,
             cq: parts.cq,
@@ -180,8 +180,6 @@ impl Shared {
     }
 }
 
-/// Waits for one of `slots`, posts with `post`, and waits for the completion in `table`; returns
-/// it with the buffers. The slot is given back by whoever frees the table slot.
 /// For the arm that cannot be reached: [`post_and_wait`] gives back exactly the buffers it was
 /// given (the in-flight table returns a slot's own contents), so no peer, device or input can
 /// make an operation lose its buffer.
@@ -189,6 +187,8 @@ pub(super) fn lost_buffer<T>() -> T {
     unreachable!("the in-flight table gave back other buffers than it was given")
 }
 
+/// Waits for one of `slots`, posts with `post`, and waits for the completion in `table`; returns
+/// it with the buffers. The slot is given back by whoever frees the table slot.
 pub(super) async fn post_and_wait(
     table: &InFlightTable,
     slots: &Semaphore,
@@ -255,7 +255,7 @@ impl Drop for Claim<'_> {
 
 /// The completion task of one connection. It ends when the connection was dropped and every
 /// outstanding work request completed (or flushed), or after [`DRAIN_LIMIT`].
-pub(super) async fn drive(shared: Arc<Shared>) {
+pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
     let (cq_waiter, link_waiter) = match (shared.cq.waiter(), shared.link.waiter()) {
         (Ok(c), Ok(l)) => (c, l),
         (Err(e), _) | (_, Err(e)) => {

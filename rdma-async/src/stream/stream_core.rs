@@ -1,6 +1,7 @@
-//! The stream driver: runs the rsockets protocol core (`crate::proto`) over a real queue pair.
+//! [`StreamCore`]: the state every handle of one stream shares, behind one lock: the rsockets
+//! protocol state machine (`crate::proto`), the queue pair and its registered rings.
 //!
-//! The core decides what to post; the driver copies bytes between the application and the
+//! The protocol state machine decides what to post; this code copies bytes between the application and the
 //! registered rings, posts the work requests, and feeds completions and CM events back. All
 //! protocol state sits behind one lock, and the completion queue is polled only under it, so
 //! completions are handled in the order the device produced them. The reading and the writing
@@ -18,16 +19,16 @@ use tokio::task::coop;
 use super::options::RStreamOptions;
 use super::stats::StreamStats;
 use crate::cm::link::CmLink;
-use crate::completion::{AsyncCq, wc_error};
 use crate::proto::{
     ConnData, Connection, DataWrite, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
     TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
 };
+use crate::reactor::FdWaiter;
+use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
     Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
     QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
-use crate::wait::FdWaiter;
 
 /// The queue pair's buffers, by index.
 const SBUF: usize = 0;
@@ -39,7 +40,7 @@ const CTRL_SLOT: usize = 16;
 const CTRL_SLOTS: usize = 4;
 
 /// What the handshake builds before connecting or accepting.
-pub(super) struct Parts {
+pub(super) struct StreamParts {
     qp: QueuePair,
     cq: AsyncCq,
     conn: Connection,
@@ -47,7 +48,10 @@ pub(super) struct Parts {
 
 /// Creates the queue pair, rings and protocol state on `id`'s device; returns them with the
 /// 40-byte rsockets connection data to send.
-pub(super) fn build(id: &Arc<CmId>, opts: &RStreamOptions) -> io::Result<(Parts, Option<Vec<u8>>)> {
+pub(super) fn build(
+    id: &Arc<CmId>,
+    opts: &RStreamOptions,
+) -> io::Result<(StreamParts, Option<Vec<u8>>)> {
     let config = opts.config();
     let pd = Arc::new(ProtectionDomain::new(id.clone())?);
     let channel = Arc::new(CompletionChannel::new(id.clone())?);
@@ -92,7 +96,7 @@ pub(super) fn build(id: &Arc<CmId>, opts: &RStreamOptions) -> io::Result<(Parts,
     }
     let conn_data = conn.local_conn_data().encode().to_vec();
     Ok((
-        Parts {
+        StreamParts {
             qp,
             cq: AsyncCq::new(cq, opts.busy_poll),
             conn,
@@ -103,7 +107,7 @@ pub(super) fn build(id: &Arc<CmId>, opts: &RStreamOptions) -> io::Result<(Parts,
 
 /// Decodes and applies the peer's connection data.
 pub(super) fn apply_peer_conn_data(
-    parts: &mut Parts,
+    parts: &mut StreamParts,
     data: &[u8],
     peer: SocketAddr,
 ) -> io::Result<()> {
@@ -129,7 +133,7 @@ pub(super) enum Side {
 }
 
 #[derive(Debug)]
-struct State {
+struct CoreState {
     conn: Connection,
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
@@ -141,25 +145,25 @@ struct State {
 
 /// One stream connection's queue pair, protocol state and wake-ups.
 #[derive(Debug)]
-pub(super) struct Driver {
+pub(super) struct StreamCore {
     // Drop order: disconnect, then destroy the queue pair, then free rings and queues.
     link: CmLink,
     qp: QueuePair,
     cq: AsyncCq,
     cq_waiters: [FdWaiter; 2],
     cm_waiters: [FdWaiter; 2],
-    state: Mutex<State>,
+    state: Mutex<CoreState>,
 }
 
-impl Driver {
-    pub(super) fn new(parts: Parts, link: CmLink) -> io::Result<Self> {
-        let driver = Driver {
+impl StreamCore {
+    pub(super) fn new(parts: StreamParts, link: CmLink) -> io::Result<Self> {
+        let core = StreamCore {
             cq_waiters: [parts.cq.waiter()?, parts.cq.waiter()?],
             cm_waiters: [link.waiter()?, link.waiter()?],
             link,
             qp: parts.qp,
             cq: parts.cq,
-            state: Mutex::new(State {
+            state: Mutex::new(CoreState {
                 conn: parts.conn,
                 read_waker: None,
                 write_waker: None,
@@ -169,23 +173,23 @@ impl Driver {
             }),
         };
         // The first SGL update (the second half of our ring) goes out at once.
-        let mut state = driver.lock();
-        driver.post_controls(&mut state)?;
+        let mut state = core.lock();
+        core.post_controls(&mut state)?;
         drop(state);
-        Ok(driver)
+        Ok(core)
     }
 
     pub(super) fn link(&self) -> &CmLink {
         &self.link
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, CoreState> {
         // Every update keeps the state consistent before anything that could panic.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Handles every completion already queued.
-    fn pump(&self, state: &mut State) -> io::Result<()> {
+    fn pump(&self, state: &mut CoreState) -> io::Result<()> {
         let mut wcs = [WorkCompletion::EMPTY; 32];
         loop {
             let n = self.cq.try_poll(&mut wcs)?;
@@ -196,7 +200,7 @@ impl Driver {
         }
     }
 
-    fn handle(&self, state: &mut State, wcs: &[WorkCompletion]) -> io::Result<()> {
+    fn handle(&self, state: &mut CoreState, wcs: &[WorkCompletion]) -> io::Result<()> {
         for wc in wcs {
             if wc.wr_id & WR_ID_RECV_FLAG != 0 {
                 state.stats.recv_completions += 1;
@@ -220,7 +224,7 @@ impl Driver {
         Ok(())
     }
 
-    fn handle_recv(&self, state: &mut State, wc: &WorkCompletion) -> io::Result<()> {
+    fn handle_recv(&self, state: &mut CoreState, wc: &WorkCompletion) -> io::Result<()> {
         if !wc.status.is_success() {
             // Flushed or failed receives carry nothing; rsockets skips them too.
             return Ok(());
@@ -228,7 +232,7 @@ impl Driver {
         let target_sgl = self.qp.buffer(TARGET_SGL);
         let read_slot = |slot: usize| {
             let mut entry = [0u8; 16];
-            // An out-of-range slot reads as an empty entry, which the core rejects.
+            // An out-of-range slot reads as an empty entry, which the protocol rejects.
             let _ = target_sgl.read_at(slot * 16, &mut entry);
             entry
         };
@@ -245,8 +249,8 @@ impl Driver {
         }
     }
 
-    /// Posts every control message the core has due (credits, buffer grants, CTRL).
-    fn post_controls(&self, state: &mut State) -> io::Result<()> {
+    /// Posts every control message the protocol has due (credits, buffer grants, CTRL).
+    fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
         while let Some(cw) = state.conn.poll_control() {
             let segment;
             let bytes = cw.payload.unwrap_or_default();
@@ -284,7 +288,7 @@ impl Driver {
     }
 
     /// Records a local failure that broke the connection and returns it.
-    fn fatal(&self, state: &mut State, err: io::Error) -> io::Error {
+    fn fatal(&self, state: &mut CoreState, err: io::Error) -> io::Error {
         if state.transport_error.is_none() {
             tracing::warn!(parent: self.link.span(), error = %err, "connection failed");
         }
@@ -297,7 +301,7 @@ impl Driver {
         err
     }
 
-    fn post_data(&self, state: &mut State, write: &DataWrite, src: &[u8]) -> io::Result<()> {
+    fn post_data(&self, state: &mut CoreState, write: &DataWrite, src: &[u8]) -> io::Result<()> {
         let mut segments = [Segment {
             buffer: SBUF,
             offset: 0,
@@ -339,7 +343,7 @@ impl Driver {
     }
 
     /// The error a failed connection reports: the transport's cause if there was one.
-    fn failure(&self, state: &State, proto: Option<ProtoError>) -> io::Error {
+    fn failure(&self, state: &CoreState, proto: Option<ProtoError>) -> io::Error {
         if let Some((kind, msg)) = &state.transport_error {
             return io::Error::new(*kind, msg.clone());
         }
@@ -357,7 +361,12 @@ impl Driver {
 
     /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
     /// again), or registers `cx` to be woken (`Pending`).
-    fn wait(&self, state: &mut State, side: Side, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+    fn wait(
+        &self,
+        state: &mut CoreState,
+        side: Side,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
         let slot = match side {
             Side::Read => &mut state.read_waker,
             Side::Write => &mut state.write_waker,
@@ -394,7 +403,7 @@ impl Driver {
     }
 
     /// Copies readable bytes into `buf`, consuming them unless `peek`.
-    fn copy_out(&self, state: &mut State, buf: &mut ReadBuf<'_>, peek: bool) -> io::Result<()> {
+    fn copy_out(&self, state: &mut CoreState, buf: &mut ReadBuf<'_>, peek: bool) -> io::Result<()> {
         let mut taken = 0;
         for seg in state.conn.readable_segments().as_slice() {
             let n = seg.len.min(buf.remaining());
@@ -572,7 +581,7 @@ impl Driver {
     }
 
     /// Posts a 0-byte RDMA write with immediate `imm`, outside the protocol (unsignaled, so the
-    /// core never sees a completion for it): how tests play a peer that breaks the protocol.
+    /// protocol never sees a completion for it): how tests play a peer that breaks the protocol.
     #[cfg(feature = "test-hooks")]
     pub(super) fn send_raw_immediate(&self, imm: u32) -> io::Result<()> {
         let _state = self.lock();

@@ -17,12 +17,12 @@ use std::time::{Duration, Instant};
 
 use tokio::task::coop;
 
+use crate::reactor::FdWaiter;
 use crate::verbs::{CompletionQueue, WorkCompletion};
-use crate::wait::FdWaiter;
 
 /// A completion queue whose completions wake tasks.
 ///
-/// Each task that may wait gets its own [`FdWaiter`] (see [`crate::wait`]); the queue itself
+/// Each task that may wait gets its own [`FdWaiter`] (see [`crate::reactor`]); the queue itself
 /// may be polled by any of them, but owners serialise polling when completions must be handled
 /// in order.
 #[derive(Debug)]

@@ -9,108 +9,28 @@ use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
 
-use crate::cm::handshake::{self, DialOptions, dial_setters};
+use crate::cm::ConnectRequest;
+use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::resolve::connect_each;
-use crate::cm::{ConnParams, ConnectRequest};
-use crate::completion::{AsyncCq, wc_error};
 use crate::error;
+use crate::reactor::FdWaiter;
+use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
     Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
     QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
-use crate::wait::FdWaiter;
+
+mod options;
+
+pub use options::EndpointOptions;
 
 const SEND_BUFFER: usize = 0;
 const RECV_BUFFER: usize = 1;
-
-/// Sizes and timeouts of an [`Endpoint`].
-#[derive(Debug, Clone)]
-pub struct EndpointOptions {
-    max_message_size: usize,
-    send_depth: u32,
-    recv_depth: u32,
-    max_inline: u32,
-    busy_poll: Duration,
-    dial: DialOptions,
-    params: ConnParams,
-}
-
-impl Default for EndpointOptions {
-    fn default() -> Self {
-        EndpointOptions {
-            max_message_size: 4096,
-            send_depth: 16,
-            recv_depth: 16,
-            max_inline: 64,
-            busy_poll: Duration::from_micros(10),
-            dial: DialOptions::default(),
-            params: ConnParams::default(),
-        }
-    }
-}
-
-impl EndpointOptions {
-    /// The defaults: 4 KiB messages, 16 sends and 16 receives in flight, 64 bytes inline,
-    /// 10 µs busy-poll (as rsockets), 2 s address and route resolution timeouts.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// Largest message either way; the peer must accept messages this large.
-    pub fn max_message_size(mut self, bytes: usize) -> Self {
-        self.max_message_size = bytes.max(1);
-        self
-    }
-
-    /// Sends in flight before `send` waits for completions.
-    pub fn send_depth(mut self, n: u32) -> Self {
-        self.send_depth = n.max(1);
-        self
-    }
-
-    /// Receive buffers kept posted: messages that can arrive before `recv` is called.
-    pub fn recv_depth(mut self, n: u32) -> Self {
-        self.recv_depth = n.max(1);
-        self
-    }
-
-    /// Messages up to this size are copied into the work request itself.
-    pub fn max_inline(mut self, bytes: u32) -> Self {
-        self.max_inline = bytes;
-        self
-    }
-
-    /// How long an empty completion queue is polled before the task sleeps.
-    pub fn busy_poll(mut self, time: Duration) -> Self {
-        self.busy_poll = time;
-        self
-    }
-
-    dial_setters!();
-
-    /// Connection parameters (private data, retry counts, ...) for connect or accept.
-    pub fn conn_params(mut self, params: ConnParams) -> Self {
-        self.params = params;
-        self
-    }
-
-    fn check(&self) -> io::Result<()> {
-        let slot_bytes = |depth: u32| self.max_message_size.checked_mul(depth as usize);
-        if u32::try_from(self.max_message_size).is_err()
-            || slot_bytes(self.send_depth).is_none()
-            || slot_bytes(self.recv_depth).is_none()
-        {
-            return Err(error::invalid_input("endpoint buffer sizes overflow"));
-        }
-        Ok(())
-    }
-}
 
 #[derive(Debug)]
 struct SendState {
@@ -147,7 +67,7 @@ pub struct Endpoint {
 }
 
 /// What `build` creates between route resolution and connect/accept.
-struct Parts {
+struct EndpointParts {
     qp: QueuePair,
     send_cq: AsyncCq,
     send_waiter: FdWaiter,
@@ -155,7 +75,7 @@ struct Parts {
     recv_waiter: FdWaiter,
 }
 
-fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
+fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
     let max = opts.max_message_size;
     let pd = Arc::new(ProtectionDomain::new(id.clone())?);
     let send_cq = Arc::new(CompletionQueue::new(
@@ -202,7 +122,7 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<Parts> {
     }
     let send_cq = AsyncCq::new(send_cq, opts.busy_poll);
     let recv_cq = AsyncCq::new(recv_cq, opts.busy_poll);
-    Ok(Parts {
+    Ok(EndpointParts {
         qp,
         send_waiter: send_cq.waiter()?,
         recv_waiter: recv_cq.waiter()?,
@@ -266,7 +186,7 @@ impl Endpoint {
         Ok(Self::assemble(parts, link, options))
     }
 
-    fn assemble(parts: Parts, link: CmLink, options: &EndpointOptions) -> Endpoint {
+    fn assemble(parts: EndpointParts, link: CmLink, options: &EndpointOptions) -> Endpoint {
         let max = options.max_message_size;
         let max_inline = parts.qp.max_inline_data() as usize;
         Endpoint {

@@ -1,0 +1,92 @@
+//! [`EndpointOptions`]: message size, queue depths, inline size, busy-poll, dialing and
+//! connection parameters of an [`Endpoint`](super::Endpoint).
+
+use std::io;
+use std::time::Duration;
+
+use crate::cm::ConnParams;
+use crate::cm::handshake::{DialOptions, dial_setters};
+use crate::error;
+
+/// Sizes and timeouts of an [`Endpoint`](super::Endpoint).
+#[derive(Debug, Clone)]
+pub struct EndpointOptions {
+    pub(super) max_message_size: usize,
+    pub(super) send_depth: u32,
+    pub(super) recv_depth: u32,
+    pub(super) max_inline: u32,
+    pub(super) busy_poll: Duration,
+    pub(super) dial: DialOptions,
+    pub(super) params: ConnParams,
+}
+
+impl Default for EndpointOptions {
+    fn default() -> Self {
+        EndpointOptions {
+            max_message_size: 4096,
+            send_depth: 16,
+            recv_depth: 16,
+            max_inline: 64,
+            busy_poll: Duration::from_micros(10),
+            dial: DialOptions::default(),
+            params: ConnParams::default(),
+        }
+    }
+}
+
+impl EndpointOptions {
+    /// The defaults: 4 KiB messages, 16 sends and 16 receives in flight, 64 bytes inline,
+    /// 10 µs busy-poll (as rsockets), 2 s address and route resolution timeouts.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Largest message either way; the peer must accept messages this large.
+    pub fn max_message_size(mut self, bytes: usize) -> Self {
+        self.max_message_size = bytes.max(1);
+        self
+    }
+
+    /// Sends in flight before `send` waits for completions.
+    pub fn send_depth(mut self, n: u32) -> Self {
+        self.send_depth = n.max(1);
+        self
+    }
+
+    /// Receive buffers kept posted: messages that can arrive before `recv` is called.
+    pub fn recv_depth(mut self, n: u32) -> Self {
+        self.recv_depth = n.max(1);
+        self
+    }
+
+    /// Messages up to this size are copied into the work request itself.
+    pub fn max_inline(mut self, bytes: u32) -> Self {
+        self.max_inline = bytes;
+        self
+    }
+
+    /// How long an empty completion queue is polled before the task sleeps.
+    pub fn busy_poll(mut self, time: Duration) -> Self {
+        self.busy_poll = time;
+        self
+    }
+
+    dial_setters!();
+
+    /// Connection parameters (private data, retry counts, ...) for connect or accept.
+    pub fn conn_params(mut self, params: ConnParams) -> Self {
+        self.params = params;
+        self
+    }
+
+    pub(super) fn check(&self) -> io::Result<()> {
+        let slot_bytes = |depth: u32| self.max_message_size.checked_mul(depth as usize);
+        if u32::try_from(self.max_message_size).is_err()
+            || slot_bytes(self.send_depth).is_none()
+            || slot_bytes(self.recv_depth).is_none()
+        {
+            return Err(error::invalid_input("endpoint buffer sizes overflow"));
+        }
+        Ok(())
+    }
+}
