@@ -64,6 +64,14 @@ mod verbs;
 
 pub use rdma_async_macros::{main, test};
 
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod __test_hooks {
+    //! Internal types that the compile-fail cases in `tests/ui/test_hooks` name (their methods
+    //! stay crate-private). Never needed by users.
+    pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair};
+}
+
 #[doc(hidden)]
 pub mod __private {
     //! Used by the code `#[rdma_async::test]` and `#[rdma_async::main]` expand to.

@@ -22,8 +22,8 @@ use crate::cm::resolve::connect_each;
 use crate::error;
 use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, Held, IdDevice, InFlightTable, Opcode,
-    ProtectionDomain, QpCaps, QueuePair, Segment, WcStatus, WorkCompletion, WorkQueue,
+    Access, CallerMemoryQueuePair, CmId, CompletionChannel, CompletionQueue, Held, IdDevice,
+    InFlightTable, Opcode, ProtectionDomain, QpCaps, Segment, WcStatus, WorkCompletion, WorkQueue,
 };
 
 /// What a receive delivered.
@@ -149,7 +149,7 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
         max_inline_data: 0,
         max_send_sge: opts.max_send_sge,
     };
-    let qp = QueuePair::for_caller_memory(
+    let qp = CallerMemoryQueuePair::new(
         id.clone(),
         pd.clone(),
         cq.clone(),
