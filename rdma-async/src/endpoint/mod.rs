@@ -135,6 +135,23 @@ impl Endpoint {
     /// Connects to `addr`, trying each resolved address in turn and returning the last error,
     /// like `TcpStream::connect`.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::endpoint::{Endpoint, EndpointOptions};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let endpoint = Endpoint::connect("10.77.0.1:7471", &EndpointOptions::new()).await?;
+    ///     // Each send arrives as one message.
+    ///     endpoint.send(b"ping").await?;
+    ///     let reply = endpoint.recv().await?;
+    ///     println!("{} bytes back", reply.len());
+    ///     endpoint.disconnect().await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
     /// # Errors
     ///
     /// `NotFound` when this machine has no RDMA device; `ConnectionRefused` when nothing listens
