@@ -146,6 +146,13 @@ pub(crate) struct WorkRequest<'a> {
 /// vectored operations of caller memory up to this many).
 pub(crate) const MAX_SEGMENTS: usize = 16;
 
+/// An unused scatter/gather entry.
+const NO_SGE: sys::ibv_sge = sys::ibv_sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
+
 impl<M> RcQueuePair<M> {
     /// Creates the RC queue pair of `id` on `pd`, keeping `memory` until it is destroyed;
     /// receives go to `srq` when given, else `recv_sge` scatter entries each.
@@ -290,11 +297,7 @@ impl OwnedBufferQueuePair {
 
     /// Posts one work request to the send queue.
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let mut sges = [sys::ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SEGMENTS];
+        let mut sges = [NO_SGE; MAX_SEGMENTS];
         // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = req.wr_id;
@@ -348,11 +351,7 @@ impl OwnedBufferQueuePair {
     pub(crate) fn post_recv(&self, wr_id: u64, segment: Option<Segment>) -> io::Result<()> {
         let mut sge = match segment {
             Some(seg) => self.sge(seg)?,
-            None => sys::ibv_sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            },
+            None => NO_SGE,
         };
         // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
@@ -406,30 +405,27 @@ impl CallerMemoryQueuePair {
         segments: &[Segment],
     ) -> Result<Ticket, (io::Error, Held)> {
         let table = &self.memory.table;
-        let mut sges = [sys::ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SEGMENTS];
-        let num_sge = match held_sges(&held, segments, self.max_send_sge, &mut sges) {
-            Ok(n) => n,
-            Err(e) => return Err((e, held)),
-        };
-        let (ticket, wr_id) = table.insert(held, WorkQueue::Send)?;
-        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = num_sge as i32;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
-        set_opcode(&mut wr, opcode);
-        // SAFETY: every entry covers a checked range of a buffer that the table holds until this
-        // request's completion is polled, and the table outlives the QP (it is in `memory`,
-        // dropped after the QP is destroyed).
-        if let Err(e) = unsafe { self.post_send_wr(&mut wr) } {
-            return Err((e, table.take_back(ticket)));
-        }
-        Ok(ticket)
+        let max_sge = self.max_send_sge;
+        hold_and_post(
+            table,
+            WorkQueue::Send,
+            held,
+            segments,
+            max_sge,
+            |wr_id, sges| {
+                // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+                let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+                wr.wr_id = wr_id;
+                wr.sg_list = sges.as_mut_ptr();
+                wr.num_sge = sges.len() as i32;
+                wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+                set_opcode(&mut wr, opcode);
+                // SAFETY: every entry covers a checked range of a buffer that the table holds until
+                // this request's completion is polled, and the table outlives the QP (it is in
+                // `memory`, dropped after the QP is destroyed).
+                unsafe { self.post_send_wr(&mut wr) }
+            },
+        )
     }
 
     /// Moves `held` into the in-flight table and posts a receive scattering into `segments`.
@@ -505,28 +501,47 @@ pub(super) fn post_recv_into(
     max_sge: u32,
     post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
 ) -> Result<Ticket, (io::Error, Held)> {
-    let mut sges = [sys::ibv_sge {
-        addr: 0,
-        length: 0,
-        lkey: 0,
-    }; MAX_SEGMENTS];
+    hold_and_post(
+        table,
+        WorkQueue::Recv,
+        held,
+        segments,
+        max_sge,
+        |wr_id, sges| {
+            // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
+            let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = wr_id;
+            wr.sg_list = sges.as_mut_ptr();
+            wr.num_sge = sges.len() as i32;
+            let mut bad = ptr::null_mut();
+            let ret = post(&mut wr, &mut bad);
+            if ret != 0 {
+                return Err(error::call_error("ibv_post_recv", ret));
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Checks `segments` against the buffers of `held`, moves `held` into a slot of `table` for
+/// `queue`, and has `post` post a work request with the slot's `wr_id` over the checked
+/// scatter/gather entries. If posting fails the slot is freed and the buffers come back.
+fn hold_and_post(
+    table: &InFlightTable,
+    queue: WorkQueue,
+    held: Held,
+    segments: &[Segment],
+    max_sge: u32,
+    post: impl FnOnce(u64, &mut [sys::ibv_sge]) -> io::Result<()>,
+) -> Result<Ticket, (io::Error, Held)> {
+    let mut sges = [NO_SGE; MAX_SEGMENTS];
     let num_sge = match held_sges(&held, segments, max_sge, &mut sges) {
         Ok(n) => n,
         Err(e) => return Err((e, held)),
     };
-    let (ticket, wr_id) = table.insert(held, WorkQueue::Recv)?;
-    // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
-    let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
-    wr.wr_id = wr_id;
-    wr.sg_list = sges.as_mut_ptr();
-    wr.num_sge = num_sge as i32;
-    let mut bad = ptr::null_mut();
-    let ret = post(&mut wr, &mut bad);
-    if ret != 0 {
-        return Err((
-            error::call_error("ibv_post_recv", ret),
-            table.take_back(ticket),
-        ));
+    let (ticket, wr_id) = table.insert(held, queue)?;
+    if let Err(e) = post(wr_id, &mut sges[..num_sge]) {
+        return Err((e, table.take_back(ticket)));
     }
     Ok(ticket)
 }
