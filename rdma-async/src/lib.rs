@@ -15,8 +15,9 @@
 //! - [`device`]: the RDMA devices of this machine.
 //! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
 //!   rsockets' wire protocol.
-//! - `integration` (features `hyper`, `axum`, off by default): hyper-util's pooled client and
-//!   `axum::serve` over [`stream::RStream`] / [`stream::RListener`].
+//! - `integration` (features `hyper`, `axum`, `tonic`, off by default): hyper-util's pooled
+//!   client, `axum::serve` and tonic's server and channel over [`stream::RStream`] /
+//!   [`stream::RListener`].
 //! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime;
 //!   `#[rdma_async::test]` skips, or with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine
 //!   has no RDMA device.
@@ -63,6 +64,14 @@ pub mod stream;
 mod verbs;
 
 pub use rdma_async_macros::{main, test};
+
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub mod __test_hooks {
+    //! Internal types that the compile-fail cases in `tests/ui/test_hooks` name (their methods
+    //! stay crate-private). Never needed by users.
+    pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair};
+}
 
 #[doc(hidden)]
 pub mod __private {

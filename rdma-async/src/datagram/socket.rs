@@ -387,6 +387,23 @@ impl RDatagram {
     /// in the datagram's header, with the rdma_cm port of their latest request to us, or port
     /// 0 if they made none (multicast senders, for example).
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::datagram::RDatagram;
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let socket = RDatagram::bind("10.77.0.1:7174").await?;
+    ///     // No datagram is longer than the port's MTU.
+    ///     let mut buf = vec![0; socket.max_datagram()];
+    ///     loop {
+    ///         let (len, from) = socket.recv_from(&mut buf).await?;
+    ///         socket.send_to(&buf[..len], from).await?; // echo
+    ///     }
+    /// }
+    /// ```
+    ///
     /// # Errors
     ///
     /// Errors of the device when it can no longer receive.

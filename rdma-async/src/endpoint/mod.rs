@@ -21,8 +21,8 @@ use crate::error;
 use crate::reactor::FdWaiter;
 use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
-    QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, CompletionChannel, CompletionQueue, Opcode, OwnedBufferQueuePair, Payload,
+    ProtectionDomain, QpCaps, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
 
 mod options;
@@ -53,7 +53,7 @@ struct RecvState {
 pub struct Endpoint {
     // Drop order matters: disconnect, then destroy the queue pair, then free its buffers and CQs.
     link: CmLink,
-    qp: QueuePair,
+    qp: OwnedBufferQueuePair,
     send_cq: AsyncCq,
     send_waiter: FdWaiter,
     recv_cq: AsyncCq,
@@ -68,7 +68,7 @@ pub struct Endpoint {
 
 /// What `build` creates between route resolution and connect/accept.
 struct EndpointParts {
-    qp: QueuePair,
+    qp: OwnedBufferQueuePair,
     send_cq: AsyncCq,
     send_waiter: FdWaiter,
     recv_cq: AsyncCq,
@@ -102,7 +102,7 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
         max_inline_data: opts.max_inline,
         max_send_sge: 1,
     };
-    let qp = QueuePair::new(
+    let qp = OwnedBufferQueuePair::new(
         pd,
         send_cq.clone(),
         recv_cq.clone(),
@@ -134,6 +134,23 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
 impl Endpoint {
     /// Connects to `addr`, trying each resolved address in turn and returning the last error,
     /// like `TcpStream::connect`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::endpoint::{Endpoint, EndpointOptions};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let endpoint = Endpoint::connect("10.77.0.1:7471", &EndpointOptions::new()).await?;
+    ///     // Each send arrives as one message.
+    ///     endpoint.send(b"ping").await?;
+    ///     let reply = endpoint.recv().await?;
+    ///     println!("{} bytes back", reply.len());
+    ///     endpoint.disconnect().await?;
+    ///     Ok(())
+    /// }
+    /// ```
     ///
     /// # Errors
     ///

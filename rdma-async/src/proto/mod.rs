@@ -1,10 +1,11 @@
 //! The rsockets stream protocol (wire version 1) as an I/O-free state machine.
 //!
-//! Nothing here touches verbs, memory registration, tokio or libc: the driver (`stream`) owns
-//! all registered memory and the queue pair, and feeds this core with what happened
-//! (`handle_*`: connection data, send and receive completions, CM events, application reads and
-//! writes). The core answers with plans (`prepare_write` → [`DataWrite`], `poll_control` →
-//! [`ControlWrite`]) that say which RDMA writes to post, and with `Blocked`-style results
+//! Nothing here touches verbs, memory registration, tokio or libc: the driver (`stream`'s
+//! `StreamCore`, in `stream/stream_core.rs`) owns all registered memory and the queue pair, and
+//! feeds this core with what happened (`handle_*`: connection data, send and receive
+//! completions, CM events, application reads and writes). The core answers with plans
+//! (`prepare_write` → [`DataWrite`], `poll_control` → [`ControlWrite`](plan::ControlWrite)) that
+//! say which RDMA writes to post, and with `Blocked`-style results
 //! instead of blocking. quinn-proto works the same way.
 //!
 //! The wire format and rules come from `shared/design/rsocket-protocol.md` (§1.2 connection

@@ -13,8 +13,8 @@ use super::srq::SharedReceiveQueue;
 use crate::cm::link::CmLink;
 use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
-    Held, IdDevice, InFlightTable, ProtectionDomain, QueuePair, Ticket, WcStatus, WorkCompletion,
-    WorkQueue,
+    CallerMemoryQueuePair, Held, IdDevice, InFlightTable, ProtectionDomain, Ticket, WcStatus,
+    WorkCompletion, WorkQueue,
 };
 
 /// How long a dropped connection waits for its flushed work requests before freeing everything
@@ -24,7 +24,7 @@ const DRAIN_LIMIT: Duration = Duration::from_secs(10);
 /// What is created between route resolution and connect/accept.
 #[derive(Debug)]
 pub(super) struct ConnParts {
-    pub(super) qp: QueuePair,
+    pub(super) qp: CallerMemoryQueuePair,
     pub(super) cq: AsyncCq,
     pub(super) table: Arc<InFlightTable>,
     pub(super) pd: Arc<ProtectionDomain>,
@@ -36,7 +36,7 @@ pub(super) struct ConnParts {
 pub(super) struct ConnShared {
     // Drop order: disconnect, destroy the queue pair, then the table's buffers and the rest.
     pub(super) link: CmLink,
-    pub(super) qp: QueuePair,
+    pub(super) qp: CallerMemoryQueuePair,
     pub(super) cq: AsyncCq,
     pub(super) table: Arc<InFlightTable>,
     pub(super) pd: Arc<ProtectionDomain>,

@@ -22,8 +22,8 @@ use crate::cm::resolve::connect_each;
 use crate::error;
 use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, Held, IdDevice, InFlightTable, Opcode,
-    ProtectionDomain, QpCaps, QueuePair, Segment, WcStatus, WorkCompletion, WorkQueue,
+    Access, CallerMemoryQueuePair, CmId, CompletionChannel, CompletionQueue, Held, IdDevice,
+    InFlightTable, Opcode, ProtectionDomain, QpCaps, Segment, WcStatus, WorkCompletion, WorkQueue,
 };
 
 /// What a receive delivered.
@@ -149,7 +149,7 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
         max_inline_data: 0,
         max_send_sge: opts.max_send_sge,
     };
-    let qp = QueuePair::for_caller_memory(
+    let qp = CallerMemoryQueuePair::new(
         id.clone(),
         pd.clone(),
         cq.clone(),
@@ -666,6 +666,26 @@ impl RdmaConnection {
     /// range must not be longer than `remote`. The peer is not notified (see
     /// [`Self::write_with_imm`]).
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let conn = RdmaConnection::connect("10.77.0.1:7471", &RdmaOptions::new()).await?;
+    ///     // The peer sends a region it registered with `reg_write`, encoded by `to_bytes`.
+    ///     let (got, msg) = conn.recv(conn.reg_msgs(RemoteRegion::ENCODED_LEN)?, ..).await;
+    ///     let remote = RemoteRegion::from_bytes(&msg[..got?.len()])?;
+    ///     let mut buf = conn.reg_msgs(4096)?;
+    ///     buf.fill(7);
+    ///     // The buffer moves into the operation and comes back with its result.
+    ///     let (res, _buf) = conn.write(buf, .., remote.slice(0, 4096)?).await;
+    ///     res?;
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
     /// # Errors
     ///
     /// `InvalidInput` when the range does not fit `remote` or the region; `PermissionDenied`
@@ -780,6 +800,26 @@ impl RdmaConnection {
 
     /// Reads `range.len()` bytes of the peer's memory at `remote` into `range` of `buf`
     /// (`IBV_WR_RDMA_READ`); the range must not be longer than `remote`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let conn = RdmaConnection::connect("10.77.0.1:7471", &RdmaOptions::new()).await?;
+    ///     // The peer sends a region it registered with `reg_read`, encoded by `to_bytes`.
+    ///     let (got, msg) = conn.recv(conn.reg_msgs(RemoteRegion::ENCODED_LEN)?, ..).await;
+    ///     let remote = RemoteRegion::from_bytes(&msg[..got?.len()])?;
+    ///     let buf = conn.reg_msgs(remote.len() as usize)?;
+    ///     // The buffer moves into the operation and comes back, filled, with its result.
+    ///     let (res, buf) = conn.read(buf, .., remote.whole()).await;
+    ///     res?;
+    ///     println!("first byte: {}", buf[0]);
+    ///     Ok(())
+    /// }
+    /// ```
     ///
     /// # Errors
     ///

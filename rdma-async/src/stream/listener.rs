@@ -80,6 +80,33 @@ impl RListener {
 
     /// Waits for the next connection whose handshake has completed.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::stream::RListener;
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let listener = RListener::bind("10.77.0.1:7471").await?;
+    ///     loop {
+    ///         let (mut stream, peer) = listener.accept().await?;
+    ///         tokio::spawn(async move {
+    ///             // Echo until the peer closes its side.
+    ///             let mut buf = vec![0; 4096];
+    ///             loop {
+    ///                 let n = stream.read(&mut buf).await?;
+    ///                 if n == 0 {
+    ///                     println!("{peer} closed");
+    ///                     return Ok::<_, std::io::Error>(());
+    ///                 }
+    ///                 stream.write_all(&buf[..n]).await?;
+    ///             }
+    ///         });
+    ///     }
+    /// }
+    /// ```
+    ///
     /// # Errors
     ///
     /// Only errors of the listener itself (`NetworkDown` when the device went away);

@@ -144,6 +144,23 @@ impl Drop for Inner {
 impl RStream {
     /// Connects to `addr` with the default options, trying each resolved address in turn.
     ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::stream::RStream;
+    /// use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     // An address of the peer's RDMA device (the IP of a RoCE or IPoIB interface).
+    ///     let mut stream = RStream::connect("10.77.0.1:7471").await?;
+    ///     stream.write_all(b"hello world!").await?;
+    ///     let mut reply = [0; 12];
+    ///     stream.read_exact(&mut reply).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
     /// # Errors
     ///
     /// As [`Self::connect_with`].

@@ -26,8 +26,8 @@ use crate::proto::{
 use crate::reactor::FdWaiter;
 use crate::reactor::{AsyncCq, wc_error};
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, Opcode, Payload, ProtectionDomain, QpCaps,
-    QueuePair, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, CompletionChannel, CompletionQueue, Opcode, OwnedBufferQueuePair, Payload,
+    ProtectionDomain, QpCaps, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
 
 /// The queue pair's buffers, by index.
@@ -41,7 +41,7 @@ const CTRL_SLOTS: usize = 4;
 
 /// What the handshake builds before connecting or accepting.
 pub(super) struct StreamParts {
-    qp: QueuePair,
+    qp: OwnedBufferQueuePair,
     cq: AsyncCq,
     conn: Connection,
 }
@@ -79,7 +79,7 @@ pub(super) fn build(
         max_inline_data: config.inline_size(),
         max_send_sge: 2,
     };
-    let qp = QueuePair::new(
+    let qp = OwnedBufferQueuePair::new(
         pd,
         cq.clone(),
         cq.clone(),
@@ -148,7 +148,7 @@ struct CoreState {
 pub(super) struct StreamCore {
     // Drop order: disconnect, then destroy the queue pair, then free rings and queues.
     link: CmLink,
-    qp: QueuePair,
+    qp: OwnedBufferQueuePair,
     cq: AsyncCq,
     cq_waiters: [FdWaiter; 2],
     cm_waiters: [FdWaiter; 2],

@@ -57,8 +57,9 @@ impl RawConnParam {
 
 /// An owned `rdma_cm_id`, bound to the event channel it reports on.
 ///
-/// Destroying the id requires its queue pair to be gone: [`super::QueuePair`] holds an
-/// `Arc<CmId>`, so the id outlives it.
+/// Destroying the id requires its queue pair to be gone: the queue pair owner
+/// ([`super::queue_pair::RcQueuePair`] or [`super::UdQueuePair`]) holds an `Arc<CmId>`, so the
+/// id outlives it.
 #[derive(Debug)]
 pub(crate) struct CmId {
     raw: NonNull<sys::rdma_cm_id>,
@@ -352,7 +353,7 @@ impl CmId {
 impl Drop for CmId {
     fn drop(&mut self) {
         // SAFETY: the id is valid and destroyed once. Its queue pair, if any, was destroyed by
-        // the `QueuePair` that holds an `Arc` to this id; its events were acked when read.
+        // the queue pair owner that holds an `Arc` to this id; its events were acked when read.
         unsafe { sys::rdma_destroy_id(self.raw.as_ptr()) };
     }
 }

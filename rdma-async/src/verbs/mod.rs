@@ -34,9 +34,9 @@ pub(crate) use event_channel::{CmEvent, EventChannel, UdParam};
 pub(crate) use in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;
-pub(crate) use queue_pair::{
-    MAX_SEGMENTS, Opcode, Payload, QpCaps, QueuePair, Segment, WorkRequest,
-};
+pub(crate) use queue_pair::{MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, WorkRequest};
+// `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
+pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
 pub(crate) use shared_recv_queue::SharedRecvQueue;
 pub(crate) use ud_queue_pair::{UdCaps, UdQueuePair, UdSend, port_mtu};
 pub(crate) use work::{WcStatus, WorkCompletion};

@@ -1,10 +1,20 @@
-//! `ibv_qp`: a reliable-connected queue pair created through rdma_cm, and safe posting.
+//! `ibv_qp`: reliable-connected queue pairs created through rdma_cm, and safe posting.
 //!
-//! Posting is safe here because the queue pair owns every buffer it can post from: work requests
-//! name a buffer by index and a range that is checked against it, and `Drop` destroys the queue
-//! pair (after which the device touches none of its buffers) before the buffers are freed. Caller
-//! memory is posted the same way: it moves into a slot of the queue pair's [`InFlightTable`]
-//! first, and that table (an `Arc` the queue pair holds) outlives the queue pair.
+//! Posting is safe because a work request can point only into memory that the queue pair keeps
+//! until it is destroyed. What that memory is tells the two kinds apart, as the type parameter of
+//! [`RcQueuePair`]:
+//!
+//! - [`OwnedBufferQueuePair`] (`RStream`, `Endpoint`) owns the registered buffers it posts from:
+//!   a work request names a buffer by index and a range that is checked against it, and may
+//!   carry its bytes inline instead.
+//! - [`CallerMemoryQueuePair`] (`RdmaConnection`) posts caller memory: the buffers move into a
+//!   slot of its [`InFlightTable`] first, and that table (an `Arc` the queue pair holds) outlives
+//!   the queue pair. It may receive through a shared receive queue instead of its own.
+//!
+//! Each kind has only its own posting methods, so posting one kind's way on the other does not
+//! compile (`rdma-async/tests/ui/test_hooks/fail_queue_pair_kinds.rs`). What they share lives on
+//! `RcQueuePair<M>` once: creation, the state change to error, and the drop order (`Drop` destroys
+//! the queue pair before any field, the memory `M` included, is dropped).
 
 use std::io;
 use std::ptr;
@@ -30,34 +40,54 @@ pub(crate) struct QpCaps {
     pub(crate) max_send_sge: u32,
 }
 
-/// A connected queue pair, with the registered buffers it posts from.
+/// A connected queue pair and the memory `M` its work requests point into.
+///
+/// Use it through [`OwnedBufferQueuePair`] or [`CallerMemoryQueuePair`]. (The types are `pub` only
+/// so that the `test-hooks` feature can name them in a compile-fail case; the module is private.)
 #[derive(Debug)]
-pub(crate) struct QueuePair {
+pub struct RcQueuePair<M> {
     id: Arc<CmId>,
     qp_num: u32,
     max_inline_data: u32,
-    buffers: Vec<RegisteredBuffer>,
-    /// Caller memory of outstanding work requests (declared after nothing that could free it
-    /// early: the queue pair is destroyed in `Drop::drop`, before any field is dropped).
-    table: Option<Arc<InFlightTable>>,
-    srq: Option<Arc<SharedRecvQueue>>,
     max_send_sge: u32,
     max_recv_sge: u32,
+    /// What outstanding work requests point into: dropped only after `Drop::drop` destroyed the
+    /// queue pair, like every other field.
+    memory: M,
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
 }
 
-// SAFETY: posting to a QP is thread-safe in libibverbs; the struct hands out no references into
-// C memory or registered buffers.
-unsafe impl Send for QueuePair {}
-// SAFETY: as above.
-unsafe impl Sync for QueuePair {}
+/// The memory of an [`OwnedBufferQueuePair`]: registered buffers that work requests index.
+#[derive(Debug)]
+pub struct OwnedBuffers(Vec<RegisteredBuffer>);
 
-/// A range of one of the queue pair's own buffers.
+/// The memory of a [`CallerMemoryQueuePair`]: the table that holds the caller's buffers while
+/// their work requests are outstanding, and the shared receive queue it receives through, if any.
+#[derive(Debug)]
+pub struct CallerMemory {
+    table: Arc<InFlightTable>,
+    srq: Option<Arc<SharedRecvQueue>>,
+}
+
+/// A queue pair that posts from the registered buffers it owns (ring buffers, message slots).
+pub type OwnedBufferQueuePair = RcQueuePair<OwnedBuffers>;
+
+/// A queue pair that posts caller memory, held in its in-flight table until completion.
+pub type CallerMemoryQueuePair = RcQueuePair<CallerMemory>;
+
+// SAFETY: posting to a QP is thread-safe in libibverbs; the struct hands out no references into
+// C memory or registered buffers, and its memory `M` crosses threads only as far as `M` allows.
+unsafe impl<M: Send> Send for RcQueuePair<M> {}
+// SAFETY: as above.
+unsafe impl<M: Sync> Sync for RcQueuePair<M> {}
+
+/// A range of one buffer of a work request: one of an [`OwnedBufferQueuePair`]'s own buffers, or
+/// one of the [`Held`] buffers a [`CallerMemoryQueuePair`] posts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Segment {
-    /// Index into the queue pair's buffers.
+    /// Index into the queue pair's buffers (or into the `Held` buffers).
     pub(crate) buffer: usize,
     pub(crate) offset: usize,
     pub(crate) len: usize,
@@ -116,44 +146,16 @@ pub(crate) struct WorkRequest<'a> {
 /// vectored operations of caller memory up to this many).
 pub(crate) const MAX_SEGMENTS: usize = 16;
 
-impl QueuePair {
-    /// Creates the RC queue pair of `id` on `pd`. `buffers` must be registered on `pd`.
-    pub(crate) fn new(
-        pd: Arc<ProtectionDomain>,
-        send_cq: Arc<CompletionQueue>,
-        recv_cq: Arc<CompletionQueue>,
-        caps: QpCaps,
-        buffers: Vec<RegisteredBuffer>,
-    ) -> io::Result<Self> {
-        let id = pd.id().clone();
-        Self::create(id, pd, send_cq, recv_cq, caps, 1, buffers, None, None)
-    }
+/// An unused scatter/gather entry.
+const NO_SGE: sys::ibv_sge = sys::ibv_sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
 
-    /// Creates the RC queue pair of `id` on `pd` (which may belong to another id on the same
-    /// device) that posts caller memory through `table`, and receives from `srq` when given.
-    /// `recv_sge` is the scatter entries per receive.
-    pub(crate) fn for_caller_memory(
-        id: Arc<CmId>,
-        pd: Arc<ProtectionDomain>,
-        cq: Arc<CompletionQueue>,
-        caps: QpCaps,
-        recv_sge: u32,
-        table: Arc<InFlightTable>,
-        srq: Option<Arc<SharedRecvQueue>>,
-    ) -> io::Result<Self> {
-        Self::create(
-            id,
-            pd,
-            cq.clone(),
-            cq,
-            caps,
-            recv_sge,
-            Vec::new(),
-            Some(table),
-            srq,
-        )
-    }
-
+impl<M> RcQueuePair<M> {
+    /// Creates the RC queue pair of `id` on `pd`, keeping `memory` until it is destroyed;
+    /// receives go to `srq` when given, else `recv_sge` scatter entries each.
     #[allow(clippy::too_many_arguments)]
     fn create(
         id: Arc<CmId>,
@@ -162,9 +164,8 @@ impl QueuePair {
         recv_cq: Arc<CompletionQueue>,
         caps: QpCaps,
         recv_sge: u32,
-        buffers: Vec<RegisteredBuffer>,
-        table: Option<Arc<InFlightTable>>,
-        srq: Option<Arc<SharedRecvQueue>>,
+        srq: Option<&SharedRecvQueue>,
+        memory: M,
     ) -> io::Result<Self> {
         // SAFETY: ibv_qp_init_attr is plain old data; zero is valid for every field.
         let mut attr: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
@@ -175,7 +176,7 @@ impl QueuePair {
         attr.cap.max_send_sge = caps.max_send_sge.clamp(1, MAX_SEGMENTS as u32);
         attr.cap.max_recv_sge = recv_sge.clamp(1, MAX_SEGMENTS as u32);
         attr.cap.max_inline_data = caps.max_inline_data;
-        if let Some(srq) = &srq {
+        if let Some(srq) = srq {
             if !Arc::ptr_eq(srq.pd(), &pd) {
                 return Err(error::invalid_input(
                     "the shared receive queue belongs to another protection domain",
@@ -188,17 +189,15 @@ impl QueuePair {
         attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
         attr.sq_sig_all = 0;
         // SAFETY: the CQs (and SRQ) in `attr` are on `pd`'s device and are kept by the queue
-        // pair, which destroys itself before releasing them.
+        // pair (the SRQ in `memory`), which destroys itself before releasing them.
         let qp_num = unsafe { id.create_qp(&pd, &mut attr)? };
-        Ok(QueuePair {
+        Ok(RcQueuePair {
             id,
             qp_num,
             max_inline_data: attr.cap.max_inline_data,
-            buffers,
-            table,
-            srq,
             max_send_sge: attr.cap.max_send_sge,
             max_recv_sge: attr.cap.max_recv_sge,
+            memory,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _pd: pd,
@@ -214,42 +213,91 @@ impl QueuePair {
         self.qp_num
     }
 
+    /// Posts `wr` (with its scatter/gather list) to the send queue.
+    ///
+    /// # Safety
+    ///
+    /// Every entry of `wr`'s list points into memory that stays allocated and registered until
+    /// the request's completion is polled or the queue pair is destroyed, whichever is first; an
+    /// inline entry, which the provider copies during this call, need only be valid for the call
+    /// and within the queue pair's inline limit. Remote addresses may be anything: the device
+    /// reaches the peer's memory only through the peer's rkey.
+    unsafe fn post_send_wr(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live (until our Drop); the caller vouches for the memory `wr` names.
+        let ret = unsafe { sys::rdma_async_post_send(self.raw(), wr, &mut bad) };
+        if ret != 0 {
+            return Err(error::call_error("ibv_post_send", ret));
+        }
+        Ok(())
+    }
+
+    /// Moves the queue pair to the error state: outstanding work requests complete with
+    /// `IBV_WC_WR_FLUSH_ERR` and no new ones execute.
+    pub(crate) fn set_error(&self) -> io::Result<()> {
+        // SAFETY: ibv_qp_attr is plain old data; zero is valid for every field.
+        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+        // SAFETY: the QP is live; `attr` is initialised and IBV_QP_STATE names its only field used.
+        let ret = unsafe {
+            sys::ibv_modify_qp(
+                self.raw(),
+                &mut attr,
+                sys::ibv_qp_attr_mask::IBV_QP_STATE as i32,
+            )
+        };
+        if ret != 0 {
+            return Err(error::call_error("ibv_modify_qp", ret));
+        }
+        Ok(())
+    }
+}
+
+impl<M> Drop for RcQueuePair<M> {
+    fn drop(&mut self) {
+        // SAFETY: the QP is live and destroyed once. After this returns the device no longer
+        // accesses the QP's work requests, so its memory (dropped after this) can be freed.
+        unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
+    }
+}
+
+impl OwnedBufferQueuePair {
+    /// Creates the RC queue pair of `pd`'s id, posting from `buffers` (registered on `pd`).
+    pub(crate) fn new(
+        pd: Arc<ProtectionDomain>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        caps: QpCaps,
+        buffers: Vec<RegisteredBuffer>,
+    ) -> io::Result<Self> {
+        let id = pd.id().clone();
+        let memory = OwnedBuffers(buffers);
+        Self::create(id, pd, send_cq, recv_cq, caps, 1, None, memory)
+    }
+
     /// The inline limit the provider granted (it may exceed the one asked for).
     pub(crate) fn max_inline_data(&self) -> u32 {
         self.max_inline_data
     }
 
     pub(crate) fn buffer(&self, index: usize) -> &RegisteredBuffer {
-        &self.buffers[index]
+        &self.memory.0[index]
     }
 
-    fn sge(&self, buffer: usize, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
-        let buf = self
-            .buffers
-            .get(buffer)
-            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
-        if offset.checked_add(len).is_none_or(|end| end > buf.len()) {
-            return Err(error::invalid_input(format!(
-                "work request range {offset}+{len} is outside the {}-byte buffer",
-                buf.len()
-            )));
-        }
-        let length =
-            u32::try_from(len).map_err(|_| error::invalid_input("work request too long"))?;
-        Ok(sys::ibv_sge {
-            addr: buf.addr(offset),
-            length,
-            lkey: buf.lkey(),
-        })
+    /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
+    fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
+        self.memory
+            .0
+            .get(segment.buffer)
+            .ok_or_else(|| {
+                error::invalid_input(format!("no registered buffer {}", segment.buffer))
+            })?
+            .sge(segment.offset, segment.len)
     }
 
     /// Posts one work request to the send queue.
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let mut sges = [sys::ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SEGMENTS];
+        let mut sges = [NO_SGE; MAX_SEGMENTS];
         // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = req.wr_id;
@@ -260,7 +308,7 @@ impl QueuePair {
                     return Err(error::invalid_input("too many gather segments"));
                 }
                 for (sge, seg) in sges.iter_mut().zip(segments) {
-                    *sge = self.sge(seg.buffer, seg.offset, seg.len)?;
+                    *sge = self.sge(*seg)?;
                 }
                 segments.len()
             }
@@ -291,29 +339,19 @@ impl QueuePair {
         if req.signaled {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
         }
-        let mut bad = ptr::null_mut();
-        // SAFETY: the QP is live. Gather entries cover checked ranges of buffers this QP owns,
-        // which stay allocated and registered until after the QP is destroyed in Drop; an inline
-        // payload is copied by the provider during this call (its length was checked against
-        // the QP's inline limit). A remote address is the peer's memory, which the device accesses only
-        // through the peer's rkey.
-        let ret = unsafe { sys::rdma_async_post_send(self.raw(), &mut wr, &mut bad) };
-        if ret != 0 {
-            return Err(error::call_error("ibv_post_send", ret));
-        }
-        Ok(())
+        // SAFETY: gather entries cover checked ranges of buffers this QP owns, which stay
+        // allocated and registered until after the QP is destroyed in Drop; an inline payload is
+        // copied by the provider during this call (its length was checked against the QP's
+        // inline limit).
+        unsafe { self.post_send_wr(&mut wr) }
     }
 
     /// Posts a receive into `segment`, or with no buffer (for RDMA writes with immediate,
     /// which deliver only the immediate).
     pub(crate) fn post_recv(&self, wr_id: u64, segment: Option<Segment>) -> io::Result<()> {
         let mut sge = match segment {
-            Some(seg) => self.sge(seg.buffer, seg.offset, seg.len)?,
-            None => sys::ibv_sge {
-                addr: 0,
-                length: 0,
-                lkey: 0,
-            },
+            Some(seg) => self.sge(seg)?,
+            None => NO_SGE,
         };
         // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
@@ -321,13 +359,96 @@ impl QueuePair {
         wr.sg_list = &mut sge;
         wr.num_sge = i32::from(segment.is_some());
         let mut bad = ptr::null_mut();
-        // SAFETY: as in `post`: the device may write only a checked range of a buffer this QP
+        // SAFETY: the QP is live; the device may write only a checked range of a buffer this QP
         // owns and frees after destroying the QP.
         let ret = unsafe { sys::rdma_async_post_recv(self.raw(), &mut wr, &mut bad) };
         if ret != 0 {
             return Err(error::call_error("ibv_post_recv", ret));
         }
         Ok(())
+    }
+}
+
+impl CallerMemoryQueuePair {
+    /// Creates the RC queue pair of `id` on `pd` (which may belong to another id on the same
+    /// device) that posts caller memory through `table`, and receives from `srq` when given.
+    /// `recv_sge` is the scatter entries per receive.
+    pub(crate) fn new(
+        id: Arc<CmId>,
+        pd: Arc<ProtectionDomain>,
+        cq: Arc<CompletionQueue>,
+        caps: QpCaps,
+        recv_sge: u32,
+        table: Arc<InFlightTable>,
+        srq: Option<Arc<SharedRecvQueue>>,
+    ) -> io::Result<Self> {
+        let srq_ref = srq.clone();
+        let memory = CallerMemory { table, srq };
+        Self::create(
+            id,
+            pd,
+            cq.clone(),
+            cq,
+            caps,
+            recv_sge,
+            srq_ref.as_deref(),
+            memory,
+        )
+    }
+
+    /// Moves `held` into the in-flight table and posts a signaled send-queue work request over
+    /// `segments` of it. On failure nothing was posted and the buffers come back.
+    pub(crate) fn post_caller(
+        &self,
+        opcode: Opcode,
+        held: Held,
+        segments: &[Segment],
+    ) -> Result<Ticket, (io::Error, Held)> {
+        let table = &self.memory.table;
+        let max_sge = self.max_send_sge;
+        hold_and_post(
+            table,
+            WorkQueue::Send,
+            held,
+            segments,
+            max_sge,
+            |wr_id, sges| {
+                // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+                let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+                wr.wr_id = wr_id;
+                wr.sg_list = sges.as_mut_ptr();
+                wr.num_sge = sges.len() as i32;
+                wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+                set_opcode(&mut wr, opcode);
+                // SAFETY: every entry covers a checked range of a buffer that the table holds until
+                // this request's completion is polled, and the table outlives the QP (it is in
+                // `memory`, dropped after the QP is destroyed).
+                unsafe { self.post_send_wr(&mut wr) }
+            },
+        )
+    }
+
+    /// Moves `held` into the in-flight table and posts a receive scattering into `segments`.
+    pub(crate) fn post_recv_caller(
+        &self,
+        held: Held,
+        segments: &[Segment],
+    ) -> Result<Ticket, (io::Error, Held)> {
+        if self.memory.srq.is_some() {
+            return Err((
+                error::invalid_input(
+                    "this connection receives through its shared receive queue: post there",
+                ),
+                held,
+            ));
+        }
+        let table = &self.memory.table;
+        post_recv_into(table, held, segments, self.max_recv_sge, |wr, bad| {
+            // SAFETY: the QP is live; every entry covers a checked range of a buffer that the
+            // table holds until this request's completion is polled, and the table outlives the
+            // QP (it is in `memory`, dropped after the QP is destroyed).
+            unsafe { sys::rdma_async_post_recv(self.raw(), wr, bad) }
+        })
     }
 }
 
@@ -371,114 +492,6 @@ fn held_sges(
     Ok(segments.len())
 }
 
-impl QueuePair {
-    fn caller_table(&self) -> io::Result<&Arc<InFlightTable>> {
-        self.table
-            .as_ref()
-            .ok_or_else(|| error::invalid_input("this queue pair posts only its own buffers"))
-    }
-
-    /// Moves `held` into the in-flight table and posts a signaled send-queue work request over
-    /// `segments` of it. On failure nothing was posted and the buffers come back.
-    pub(crate) fn post_caller(
-        &self,
-        opcode: Opcode,
-        held: Held,
-        segments: &[Segment],
-    ) -> Result<Ticket, (io::Error, Held)> {
-        let table = match self.caller_table() {
-            Ok(t) => t,
-            Err(e) => return Err((e, held)),
-        };
-        let mut sges = [sys::ibv_sge {
-            addr: 0,
-            length: 0,
-            lkey: 0,
-        }; MAX_SEGMENTS];
-        let num_sge = match held_sges(&held, segments, self.max_send_sge, &mut sges) {
-            Ok(n) => n,
-            Err(e) => return Err((e, held)),
-        };
-        let (ticket, wr_id) = table.insert(held, WorkQueue::Send)?;
-        let req = RawSend { wr_id, opcode };
-        if let Err(e) = self.post_raw(&req, &mut sges, num_sge) {
-            return Err((e, table.take_back(ticket)));
-        }
-        Ok(ticket)
-    }
-
-    fn post_raw(
-        &self,
-        req: &RawSend,
-        sges: &mut [sys::ibv_sge; MAX_SEGMENTS],
-        num_sge: usize,
-    ) -> io::Result<()> {
-        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = req.wr_id;
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = num_sge as i32;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
-        set_opcode(&mut wr, req.opcode);
-        let mut bad = ptr::null_mut();
-        // SAFETY: the QP is live. Every entry covers a checked range of a buffer that the table
-        // holds until this request's completion is polled, and the table outlives the QP (the QP
-        // holds an `Arc` to it). Remote addresses are the peer's memory, which the device reaches
-        // only through the peer's rkey.
-        let ret = unsafe { sys::rdma_async_post_send(self.raw(), &mut wr, &mut bad) };
-        if ret != 0 {
-            return Err(error::call_error("ibv_post_send", ret));
-        }
-        Ok(())
-    }
-
-    /// Moves `held` into the in-flight table and posts a receive scattering into `segments`.
-    pub(crate) fn post_recv_caller(
-        &self,
-        held: Held,
-        segments: &[Segment],
-    ) -> Result<Ticket, (io::Error, Held)> {
-        if self.srq.is_some() {
-            return Err((
-                error::invalid_input(
-                    "this connection receives through its shared receive queue: post there",
-                ),
-                held,
-            ));
-        }
-        let table = match self.caller_table() {
-            Ok(t) => t,
-            Err(e) => return Err((e, held)),
-        };
-        post_recv_into(table, held, segments, self.max_recv_sge, |wr, bad| {
-            // SAFETY: the QP is live; every entry covers a checked range of a buffer that the
-            // table holds until this request's completion is polled, and the table outlives the
-            // QP (the QP holds an `Arc` to it).
-            unsafe { sys::rdma_async_post_recv(self.raw(), wr, bad) }
-        })
-    }
-
-    /// Moves the queue pair to the error state: outstanding work requests complete with
-    /// `IBV_WC_WR_FLUSH_ERR` and no new ones execute.
-    pub(crate) fn set_error(&self) -> io::Result<()> {
-        // SAFETY: ibv_qp_attr is plain old data; zero is valid for every field.
-        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
-        attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
-        // SAFETY: the QP is live; `attr` is initialised and IBV_QP_STATE names its only field used.
-        let ret = unsafe {
-            sys::ibv_modify_qp(
-                self.raw(),
-                &mut attr,
-                sys::ibv_qp_attr_mask::IBV_QP_STATE as i32,
-            )
-        };
-        if ret != 0 {
-            return Err(error::call_error("ibv_modify_qp", ret));
-        }
-        Ok(())
-    }
-}
-
 /// Posts a receive of caller memory through `post` (a queue pair's or a shared receive queue's
 /// `ibv_post_recv`), holding the buffers in `table` first.
 pub(super) fn post_recv_into(
@@ -488,28 +501,47 @@ pub(super) fn post_recv_into(
     max_sge: u32,
     post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
 ) -> Result<Ticket, (io::Error, Held)> {
-    let mut sges = [sys::ibv_sge {
-        addr: 0,
-        length: 0,
-        lkey: 0,
-    }; MAX_SEGMENTS];
+    hold_and_post(
+        table,
+        WorkQueue::Recv,
+        held,
+        segments,
+        max_sge,
+        |wr_id, sges| {
+            // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
+            let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = wr_id;
+            wr.sg_list = sges.as_mut_ptr();
+            wr.num_sge = sges.len() as i32;
+            let mut bad = ptr::null_mut();
+            let ret = post(&mut wr, &mut bad);
+            if ret != 0 {
+                return Err(error::call_error("ibv_post_recv", ret));
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Checks `segments` against the buffers of `held`, moves `held` into a slot of `table` for
+/// `queue`, and has `post` post a work request with the slot's `wr_id` over the checked
+/// scatter/gather entries. If posting fails the slot is freed and the buffers come back.
+fn hold_and_post(
+    table: &InFlightTable,
+    queue: WorkQueue,
+    held: Held,
+    segments: &[Segment],
+    max_sge: u32,
+    post: impl FnOnce(u64, &mut [sys::ibv_sge]) -> io::Result<()>,
+) -> Result<Ticket, (io::Error, Held)> {
+    let mut sges = [NO_SGE; MAX_SEGMENTS];
     let num_sge = match held_sges(&held, segments, max_sge, &mut sges) {
         Ok(n) => n,
         Err(e) => return Err((e, held)),
     };
-    let (ticket, wr_id) = table.insert(held, WorkQueue::Recv)?;
-    // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
-    let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
-    wr.wr_id = wr_id;
-    wr.sg_list = sges.as_mut_ptr();
-    wr.num_sge = num_sge as i32;
-    let mut bad = ptr::null_mut();
-    let ret = post(&mut wr, &mut bad);
-    if ret != 0 {
-        return Err((
-            error::call_error("ibv_post_recv", ret),
-            table.take_back(ticket),
-        ));
+    let (ticket, wr_id) = table.insert(held, queue)?;
+    if let Err(e) = post(wr_id, &mut sges[..num_sge]) {
+        return Err((e, table.take_back(ticket)));
     }
     Ok(ticket)
 }
@@ -583,18 +615,4 @@ fn set_atomic(
         swap,
         rkey,
     };
-}
-
-/// A send-queue work request whose scatter/gather entries were already checked.
-struct RawSend {
-    wr_id: u64,
-    opcode: Opcode,
-}
-
-impl Drop for QueuePair {
-    fn drop(&mut self) {
-        // SAFETY: the QP is live and destroyed once. After this returns the device no longer
-        // accesses the QP's work requests, so the buffers (dropped after this) can be freed.
-        unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
-    }
 }

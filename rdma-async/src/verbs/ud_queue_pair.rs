@@ -1,9 +1,9 @@
 //! `ibv_qp` of type UD: an unreliable-datagram queue pair created through rdma_cm, with the
 //! registered send and receive memory it posts from.
 //!
-//! As with the connected [`super::QueuePair`], posting is safe because the queue pair owns the
-//! memory: work requests name a checked range of its own buffers, and `Drop` destroys the queue
-//! pair before the buffers are freed.
+//! As with the connected [`super::OwnedBufferQueuePair`], posting is safe because the queue pair
+//! owns the memory: work requests name a checked range of its own buffers, and `Drop` destroys
+//! the queue pair before the buffers are freed.
 
 use std::io;
 use std::ptr;

@@ -2,8 +2,9 @@
 //!
 //! Each side has plain `Vec<u8>`s for its send ring, receive ring and target SGL at fake
 //! addresses with fake rkeys, and a driver loop that uses the protocol core the way the real
-//! stream driver will (copy into the send ring, post, handle completions, repost receives,
-//! post control messages, copy out of the receive ring).
+//! stream's driver (`StreamCore` in `stream/stream_core.rs`) does: copy into the send ring,
+//! post, handle completions, repost receives, post control messages, copy out of the receive
+//! ring.
 //!
 //! The fabric executes the posted writes with RC semantics: writes from one side arrive in post
 //! order, a write-with-immediate needs a posted receive at the target (otherwise it waits, like
