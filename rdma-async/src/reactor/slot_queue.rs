@@ -126,12 +126,15 @@ impl<R, H> SlotQueue<R, H> {
         }
     }
 
-    /// Whether `link` is closed or closing (reading its channel only when it is readable).
-    fn closed(&self, link: Option<&CmLink>) -> io::Result<bool> {
-        match (link, self.waiter.cm()) {
-            (Some(link), Some(cm)) => link.try_closed(cm),
-            _ => Ok(false),
+    /// Fails with `link`'s closed error (for a sender when `sending`) once it is closed or
+    /// closing; its channel is read only when it is readable.
+    fn check_open(&self, link: Option<&CmLink>, sending: bool) -> io::Result<()> {
+        if let (Some(link), Some(cm)) = (link, self.waiter.cm())
+            && link.try_closed(cm)?
+        {
+            return Err(link.closed_error(sending));
         }
+        Ok(())
     }
 
     /// Takes a free slot, reaping what completed and waiting while every slot is in flight.
@@ -153,11 +156,7 @@ impl<R, H> SlotQueue<R, H> {
             if let Some(e) = self.error.report() {
                 return Err(e);
             }
-            if let Some(link) = link
-                && self.closed(Some(link))?
-            {
-                return Err(link.closed_error(true));
-            }
+            self.check_open(link, true)?;
             // Everything completed is reaped first, so a failure shows before the next post.
             if self.reap_queued(slots, reap)? > 0 {
                 continue;
@@ -212,11 +211,7 @@ impl<R, H> SlotQueue<R, H> {
             if self.try_fill(slots, reap)? {
                 return Ok(());
             }
-            if let Some(link) = link
-                && self.closed(Some(link))?
-            {
-                return Err(link.closed_error(false));
-            }
+            self.check_open(link, false)?;
             self.reap_next(slots, link, reap).await?;
         }
     }
