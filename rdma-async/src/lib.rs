@@ -13,6 +13,8 @@
 //! - [`rdma`]: [`rdma::RdmaConnection`], verbs-level operations on registered memory: sends and
 //!   receives, one-sided RDMA reads and writes, atomics, with ownership-passing buffers.
 //! - [`device`]: the RDMA devices of this machine.
+//! - [`error`]: what the `io::Error`s carry: [`error::CompletionError`], a connection's
+//!   reported-again [`error::EarlierFailure`], and [`error::cause`] to find either.
 //! - [`stream`]: [`stream::RStream`] and [`stream::RListener`], byte streams that speak
 //!   rsockets' wire protocol.
 //! - `integration` (features `hyper`, `axum`, `tonic`, off by default): hyper-util's pooled
@@ -53,7 +55,7 @@ pub mod cm;
 pub mod datagram;
 pub mod device;
 pub mod endpoint;
-mod error;
+pub mod error;
 #[cfg(any(feature = "hyper", feature = "axum"))]
 pub mod integration;
 pub(crate) mod proto;

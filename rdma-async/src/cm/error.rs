@@ -145,3 +145,43 @@ pub(crate) fn event_error(event: &CmEvent, peer: Option<SocketAddr>, step: &str)
         },
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::{StickyError, cause};
+
+    fn peer() -> SocketAddr {
+        "10.0.0.2:7471".parse().unwrap()
+    }
+
+    #[test]
+    fn a_rejection_keeps_its_private_data_in_every_report() {
+        let event = CmEvent {
+            kind: ev::RDMA_CM_EVENT_REJECTED,
+            status: 28,
+            private_data: b"go away: server full".to_vec(),
+            responder_resources: 0,
+            initiator_depth: 0,
+            incoming: None,
+            ud: None,
+        };
+        let first = event_error(&event, Some(peer()), "connecting");
+        let first_text = first.to_string();
+        let sticky = StickyError::default();
+        assert!(sticky.set(first));
+        for _ in 0..2 {
+            let again = sticky.report().expect("a failure is recorded");
+            assert_eq!(again.kind(), io::ErrorKind::ConnectionRefused);
+            assert_eq!(again.to_string(), first_text, "the same message");
+            let cm = cause::<CmError>(&again).expect("the CmError behind the report");
+            assert!(cm.is_consumer_reject(), "{cm}");
+            assert_eq!(cm.private_data(), b"go away: server full");
+            let source = std::error::Error::source(again.get_ref().unwrap()).unwrap();
+            assert!(
+                source.downcast_ref::<CmError>().is_some(),
+                "source() is the CmError"
+            );
+        }
+    }
+}

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 
 use super::events::CmEvents;
 use crate::reactor::FdWaiter;
@@ -119,16 +119,22 @@ impl CmLink {
         }
     }
 
-    /// Records events that are already queued, without waiting; returns whether rdma_cm
-    /// reported the connection closed.
-    pub(crate) fn poll_events(&self) -> io::Result<bool> {
+    /// Reads the events already queued, without waiting; returns whether rdma_cm reported the
+    /// connection closed.
+    pub(crate) fn try_disconnected(&self) -> io::Result<bool> {
         Ok(self.poll_state()?.disconnected)
     }
 
-    /// Records queued events; returns whether the connection is closed or being closed by either
-    /// side (no more data can move).
-    pub(crate) fn poll_closed(&self) -> io::Result<bool> {
-        let state = self.poll_state()?;
+    /// Whether the connection is closed or being closed by either side (no more data can move),
+    /// without waiting. The channel is read only when the reactor already reports it readable
+    /// to this task's `waiter`, so sending and receiving on an open connection costs no system
+    /// call for it.
+    pub(crate) fn try_closed(&self, waiter: &FdWaiter) -> io::Result<bool> {
+        let mut cx = Context::from_waker(Waker::noop());
+        if let Poll::Ready(Err(e)) = self.poll_disconnected(waiter, &mut cx) {
+            return Err(e);
+        }
+        let state = self.state();
         Ok(state.disconnected || state.local_disconnect)
     }
 
@@ -192,7 +198,7 @@ impl CmLink {
     /// Cancel safety: cancel safe; events read before cancellation are recorded.
     pub(crate) async fn closed(&self) -> io::Result<()> {
         loop {
-            if self.poll_events()? {
+            if self.try_disconnected()? {
                 return Ok(());
             }
             let mut guard = self.events.readable().await?;

@@ -1,6 +1,6 @@
 //! `RDatagram`: a UD queue pair on a bound rdma_cm id, used like `tokio::net::UdpSocket`.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -19,11 +19,10 @@ use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
 use crate::cm::resolve::resolve;
 use crate::error;
-use crate::reactor::AsyncCq;
-use crate::reactor::FdWaiter;
+use crate::reactor::{AsyncCq, SlotQueue, Slots};
 use crate::verbs::{
-    AddressHandle, CompletionChannel, CompletionQueue, GRH_LEN, ProtectionDomain, UdCaps,
-    UdQueuePair, UdSend, WcStatus, WorkCompletion, port_mtu,
+    AddressHandle, GRH_LEN, ProtectionDomain, UdCaps, UdQueuePair, UdSend, WcStatus,
+    WorkCompletion, port_mtu,
 };
 
 /// Pending SIDR requests the bound id queues (as `TcpListener::bind`'s backlog).
@@ -32,12 +31,10 @@ const BACKLOG: i32 = 1024;
 /// A route being resolved or resolved, shared by concurrent senders to one destination.
 type RouteSlot = Arc<OnceCell<Arc<Route>>>;
 
-#[derive(Debug)]
-struct SendState {
-    free: Vec<usize>,
-    /// The address handle each slot's send names, kept alive until the send completes.
-    holds: Vec<Option<Arc<AddressHandle>>>,
-}
+/// Send slots; each holds the address handle its send names until the send completes.
+type SendSlots = Slots<(), Arc<AddressHandle>>;
+/// Receive slots, all posted; what arrived waits in `ready`.
+type RecvSlots = Slots<ArrivedDatagram, ()>;
 
 /// A received datagram waiting in its receive slot.
 #[derive(Debug)]
@@ -45,12 +42,6 @@ struct ArrivedDatagram {
     slot: usize,
     len: usize,
     from: SocketAddr,
-}
-
-#[derive(Debug)]
-struct RecvState {
-    ready: VecDeque<ArrivedDatagram>,
-    error: Option<(io::ErrorKind, String)>,
 }
 
 /// An unreliable datagram socket over RDMA (`RDMA_PS_UDP`), used like
@@ -72,14 +63,10 @@ pub struct RDatagram {
     // Drop order: `Drop` leaves the groups (detaching the queue pair); the queue pair is
     // destroyed next, after which the address handles in send slots and routes may go.
     qp: UdQueuePair,
-    send: tokio::sync::Mutex<SendState>,
-    recv: tokio::sync::Mutex<RecvState>,
+    send: SlotQueue<(), Arc<AddressHandle>>,
+    recv: SlotQueue<ArrivedDatagram>,
     routes: Mutex<HashMap<SocketAddr, RouteSlot>>,
     groups: Mutex<HashMap<IpAddr, Membership>>,
-    send_cq: AsyncCq,
-    send_waiter: FdWaiter,
-    recv_cq: AsyncCq,
-    recv_waiter: FdWaiter,
     pd: Arc<ProtectionDomain>,
     shared: Arc<Shared>,
     peer: Mutex<Option<SocketAddr>>,
@@ -164,12 +151,9 @@ impl RDatagram {
             sizes().ok_or_else(|| error::invalid_input("datagram buffer sizes overflow"))?;
 
         let pd = Arc::new(ProtectionDomain::new(id.clone())?);
-        let cq = |entries| -> io::Result<Arc<CompletionQueue>> {
-            let channel = Arc::new(CompletionChannel::new(id.clone())?);
-            Ok(Arc::new(CompletionQueue::new(channel, entries)?))
-        };
-        let send_cq = cq(opts.send_depth)?;
-        let recv_cq = cq(opts.recv_depth)?;
+        let async_send_cq = AsyncCq::create(&id, opts.send_depth, opts.busy_poll)?;
+        let async_recv_cq = AsyncCq::create(&id, opts.recv_depth, opts.busy_poll)?;
+        let (send_cq, recv_cq) = (async_send_cq.queue(), async_recv_cq.queue());
         let caps = UdCaps {
             max_send_wr: opts.send_depth,
             max_recv_wr: opts.recv_depth,
@@ -190,24 +174,12 @@ impl RDatagram {
         // Our own datagrams (to ourselves, or looped back from a group) are ours.
         shared.sources().learn_peer(local, qp.qp_num());
         let responder = tokio::spawn(answer_requests(events, shared.clone(), local)).abort_handle();
-        let send_cq = AsyncCq::new(send_cq, opts.busy_poll);
-        let recv_cq = AsyncCq::new(recv_cq, opts.busy_poll);
         tracing::debug!(%local, qp = qp.qp_num(), max_datagram, "datagram socket bound");
         Ok(RDatagram {
-            send: tokio::sync::Mutex::new(SendState {
-                free: (0..send_depth).rev().collect(),
-                holds: vec![None; send_depth],
-            }),
-            recv: tokio::sync::Mutex::new(RecvState {
-                ready: VecDeque::new(),
-                error: None,
-            }),
+            send: SlotQueue::new(async_send_cq, send_depth, None)?,
+            recv: SlotQueue::new(async_recv_cq, recv_depth, None)?,
             routes: Mutex::default(),
             groups: Mutex::default(),
-            send_waiter: send_cq.waiter()?,
-            recv_waiter: recv_cq.waiter()?,
-            send_cq,
-            recv_cq,
             port_num: id.port_num(),
             qp,
             pd,
@@ -311,15 +283,11 @@ impl RDatagram {
                 format!("no route to {target} is cached yet: send_to or connect resolves it"),
             )
         })?;
-        let mut state = self
-            .send
-            .try_lock()
-            .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        let n = self.send_cq.try_poll(&mut wcs)?;
-        self.reap_sends(&mut state, &wcs[..n]);
-        match state.free.pop() {
-            Some(slot) => self.post_in_slot(&mut state, slot, &route, buf),
+        let mut slots = self.send.try_lock()?;
+        self.send
+            .reap_queued(&mut slots, &mut |s, wc| self.reap_send(s, wc))?;
+        match slots.free.pop() {
+            Some(slot) => self.post_in_slot(&mut slots, slot, &route, buf),
             None => Err(io::ErrorKind::WouldBlock.into()),
         }
     }
@@ -412,10 +380,12 @@ impl RDatagram {
     ///
     /// Cancel safe: a datagram is only taken when it is returned.
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        let mut state = self.recv.lock().await;
+        let mut slots = self.recv.lock().await;
         loop {
-            self.fill(&mut state).await?;
-            if let Some(got) = self.take(&mut state, buf)? {
+            self.recv
+                .fill(&mut slots, None, &mut |s, wc| self.reap_recv(s, wc))
+                .await?;
+            if let Some(got) = self.take(&mut slots, buf)? {
                 return Ok(got);
             }
         }
@@ -428,23 +398,17 @@ impl RDatagram {
     /// `WouldBlock` when none is (or another task is receiving); otherwise as
     /// [`Self::recv_from`].
     pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
-        let mut state = self
-            .recv
-            .try_lock()
-            .map_err(|_| io::Error::from(io::ErrorKind::WouldBlock))?;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
+        let mut slots = self.recv.try_lock()?;
         loop {
-            if let Some(got) = self.take(&mut state, buf)? {
+            if let Some(got) = self.take(&mut slots, buf)? {
                 return Ok(got);
             }
-            if let Some((kind, msg)) = &state.error {
-                return Err(io::Error::new(*kind, msg.clone()));
-            }
-            let n = self.recv_cq.try_poll(&mut wcs)?;
-            if n == 0 {
+            if !self
+                .recv
+                .try_fill(&mut slots, &mut |s, wc| self.reap_recv(s, wc))?
+            {
                 return Err(io::ErrorKind::WouldBlock.into());
             }
-            self.reap_recvs(&mut state, &wcs[..n]);
         }
     }
 
@@ -458,8 +422,10 @@ impl RDatagram {
     ///
     /// Cancel safe.
     pub async fn readable(&self) -> io::Result<()> {
-        let mut state = self.recv.lock().await;
-        self.fill(&mut state).await
+        let mut slots = self.recv.lock().await;
+        self.recv
+            .fill(&mut slots, None, &mut |s, wc| self.reap_recv(s, wc))
+            .await
     }
 
     /// Waits until a send slot is free (a datagram to a cached route can go at once).
@@ -472,14 +438,11 @@ impl RDatagram {
     ///
     /// Cancel safe.
     pub async fn writable(&self) -> io::Result<()> {
-        let mut state = self.send.lock().await;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        while state.free.is_empty() {
-            let n = self
-                .send_cq
-                .completions(&self.send_waiter, &mut wcs)
+        let mut slots = self.send.lock().await;
+        while slots.free.is_empty() {
+            self.send
+                .reap_next(&mut slots, None, &mut |s, wc| self.reap_send(s, wc))
                 .await?;
-            self.reap_sends(&mut state, &wcs[..n]);
         }
         Ok(())
     }
@@ -594,28 +557,17 @@ impl RDatagram {
     }
 
     async fn send_on(&self, route: &Arc<Route>, buf: &[u8]) -> io::Result<usize> {
-        let mut state = self.send.lock().await;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        loop {
-            let n = self.send_cq.try_poll(&mut wcs)?;
-            self.reap_sends(&mut state, &wcs[..n]);
-            if let Some(slot) = state.free.pop() {
-                return self.post_in_slot(&mut state, slot, route, buf);
-            }
-            if n > 0 {
-                continue;
-            }
-            let n = self
-                .send_cq
-                .completions(&self.send_waiter, &mut wcs)
-                .await?;
-            self.reap_sends(&mut state, &wcs[..n]);
-        }
+        let mut slots = self.send.lock().await;
+        let slot = self
+            .send
+            .take_free(&mut slots, None, &mut |s, wc| self.reap_send(s, wc))
+            .await?;
+        self.post_in_slot(&mut slots, slot, route, buf)
     }
 
     fn post_in_slot(
         &self,
-        state: &mut SendState,
+        slots: &mut SendSlots,
         slot: usize,
         route: &Arc<Route>,
         buf: &[u8],
@@ -633,50 +585,22 @@ impl RDatagram {
             })
         });
         if let Err(e) = posted {
-            state.free.push(slot);
+            slots.free.push(slot);
             return Err(e);
         }
-        if let Some(hold) = state.holds.get_mut(slot) {
+        if let Some(hold) = slots.held.get_mut(slot) {
             *hold = Some(route.ah.clone());
         }
         Counters::add(&self.shared.counters.sent, 1);
         Ok(buf.len())
     }
 
-    fn reap_sends(&self, state: &mut SendState, wcs: &[WorkCompletion]) {
-        for wc in wcs {
-            let slot = wc.wr_id as usize;
-            if let Some(hold) = state.holds.get_mut(slot) {
-                *hold = None;
-                state.free.push(slot);
-            }
-            if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
-                tracing::debug!(status = %wc.status.describe(), "datagram send failed");
-                Counters::add(&self.shared.counters.send_errors, 1);
-            }
-        }
-    }
-
-    /// Waits until a received datagram is queued.
-    async fn fill(&self, state: &mut RecvState) -> io::Result<()> {
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        loop {
-            if !state.ready.is_empty() {
-                return Ok(());
-            }
-            if let Some((kind, msg)) = &state.error {
-                return Err(io::Error::new(*kind, msg.clone()));
-            }
-            let n = self.recv_cq.try_poll(&mut wcs)?;
-            if n > 0 {
-                self.reap_recvs(state, &wcs[..n]);
-                continue;
-            }
-            let n = self
-                .recv_cq
-                .completions(&self.recv_waiter, &mut wcs)
-                .await?;
-            self.reap_recvs(state, &wcs[..n]);
+    /// A send completed: its slot is free again (a lost datagram is no error).
+    fn reap_send(&self, slots: &mut SendSlots, wc: &WorkCompletion) {
+        slots.release(wc.wr_id as usize);
+        if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
+            tracing::debug!(status = %wc.status.describe(), "datagram send failed");
+            Counters::add(&self.shared.counters.send_errors, 1);
         }
     }
 
@@ -684,14 +608,14 @@ impl RDatagram {
     /// slot again.
     fn take(
         &self,
-        state: &mut RecvState,
+        slots: &mut RecvSlots,
         buf: &mut [u8],
     ) -> io::Result<Option<(usize, SocketAddr)>> {
         let peer = *lock(&self.peer);
-        while let Some(got) = state.ready.pop_front() {
+        while let Some(got) = slots.ready.pop_front() {
             if peer.is_some_and(|p| p != got.from) {
                 Counters::add(&self.shared.counters.filtered, 1);
-                self.repost(state, got.slot);
+                self.repost(got.slot);
                 continue;
             }
             let n = got.len.min(buf.len());
@@ -699,7 +623,7 @@ impl RDatagram {
                 .qp
                 .recv_buffer()
                 .read_at(got.slot * self.slot_len + GRH_LEN, &mut buf[..n]);
-            self.repost(state, got.slot);
+            self.repost(got.slot);
             copied?;
             if got.len > n {
                 Counters::add(&self.shared.counters.truncated, 1);
@@ -709,30 +633,29 @@ impl RDatagram {
         Ok(None)
     }
 
-    fn repost(&self, state: &mut RecvState, slot: usize) {
+    fn repost(&self, slot: usize) {
         let posted = self
             .qp
             .post_recv(slot as u64, slot * self.slot_len, self.slot_len);
         if let Err(e) = posted {
             tracing::debug!(error = %e, "reposting a datagram receive failed");
-            state.error.get_or_insert((e.kind(), e.to_string()));
+            self.recv.error().set(e);
         }
     }
 
-    fn reap_recvs(&self, state: &mut RecvState, wcs: &[WorkCompletion]) {
-        for wc in wcs {
-            if wc.status == WcStatus::FLUSH {
-                // The queue pair is being destroyed.
-                continue;
-            }
-            let slot = wc.wr_id as usize;
-            match self.classify(wc) {
-                Some(received) => state.ready.push_back(received),
-                None => {
-                    Counters::add(&self.shared.counters.malformed, 1);
-                    if slot < self.recv_depth {
-                        self.repost(state, slot);
-                    }
+    /// A receive completed: queue its datagram, or count it malformed and post the slot again.
+    fn reap_recv(&self, slots: &mut RecvSlots, wc: &WorkCompletion) {
+        if wc.status == WcStatus::FLUSH {
+            // The queue pair is being destroyed.
+            return;
+        }
+        let slot = wc.wr_id as usize;
+        match self.classify(wc) {
+            Some(received) => slots.ready.push_back(received),
+            None => {
+                Counters::add(&self.shared.counters.malformed, 1);
+                if slot < self.recv_depth {
+                    self.repost(slot);
                 }
             }
         }

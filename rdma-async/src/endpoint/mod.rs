@@ -5,7 +5,6 @@
 //! endpoint owns all registered memory and destroys its queue pair before freeing it, so every
 //! future may be dropped at any point without the device touching freed memory.
 
-use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -17,12 +16,11 @@ use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::resolve::connect_each;
-use crate::error;
-use crate::reactor::FdWaiter;
-use crate::reactor::{AsyncCq, wc_error};
+use crate::error::{self, wc_error};
+use crate::reactor::{AsyncCq, SlotQueue, Slots};
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, Opcode, OwnedBufferQueuePair, Payload,
-    ProtectionDomain, QpCaps, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, ProtectionDomain, QpCaps,
+    RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
 
 mod options;
@@ -31,18 +29,6 @@ pub use options::EndpointOptions;
 
 const SEND_BUFFER: usize = 0;
 const RECV_BUFFER: usize = 1;
-
-#[derive(Debug)]
-struct SendState {
-    free_slots: Vec<usize>,
-    error: Option<(io::ErrorKind, String)>,
-}
-
-#[derive(Debug)]
-struct RecvState {
-    ready: VecDeque<Bytes>,
-    error: Option<(io::ErrorKind, String)>,
-}
 
 /// A connected RDMA endpoint that exchanges messages (`IBV_WR_SEND` / posted receives).
 ///
@@ -54,14 +40,11 @@ pub struct Endpoint {
     // Drop order matters: disconnect, then destroy the queue pair, then free its buffers and CQs.
     link: CmLink,
     qp: OwnedBufferQueuePair,
-    send_cq: AsyncCq,
-    send_waiter: FdWaiter,
-    recv_cq: AsyncCq,
-    recv_waiter: FdWaiter,
-    send: tokio::sync::Mutex<SendState>,
-    recv: tokio::sync::Mutex<RecvState>,
+    /// Slots of the send buffer; a slot is free again when its send completed.
+    send: SlotQueue,
+    /// Slots of the receive buffer, all posted; what arrived, copied out, waits in `ready`.
+    recv: SlotQueue<Bytes>,
     max_message_size: usize,
-    send_depth: usize,
     /// The inline limit the queue pair really got.
     max_inline: usize,
 }
@@ -70,22 +53,15 @@ pub struct Endpoint {
 struct EndpointParts {
     qp: OwnedBufferQueuePair,
     send_cq: AsyncCq,
-    send_waiter: FdWaiter,
     recv_cq: AsyncCq,
-    recv_waiter: FdWaiter,
 }
 
 fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
     let max = opts.max_message_size;
     let pd = Arc::new(ProtectionDomain::new(id.clone())?);
-    let send_cq = Arc::new(CompletionQueue::new(
-        Arc::new(CompletionChannel::new(id.clone())?),
-        opts.send_depth,
-    )?);
-    let recv_cq = Arc::new(CompletionQueue::new(
-        Arc::new(CompletionChannel::new(id.clone())?),
-        opts.recv_depth,
-    )?);
+    let async_send_cq = AsyncCq::create(id, opts.send_depth, opts.busy_poll)?;
+    let async_recv_cq = AsyncCq::create(id, opts.recv_depth, opts.busy_poll)?;
+    let (send_cq, recv_cq) = (async_send_cq.queue(), async_recv_cq.queue());
     let send_buf = RegisteredBuffer::new(
         pd.clone(),
         max * opts.send_depth as usize,
@@ -120,14 +96,10 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
             }),
         )?;
     }
-    let send_cq = AsyncCq::new(send_cq, opts.busy_poll);
-    let recv_cq = AsyncCq::new(recv_cq, opts.busy_poll);
     Ok(EndpointParts {
         qp,
-        send_waiter: send_cq.waiter()?,
-        recv_waiter: recv_cq.waiter()?,
-        send_cq,
-        recv_cq,
+        send_cq: async_send_cq,
+        recv_cq: async_recv_cq,
     })
 }
 
@@ -179,7 +151,7 @@ impl Endpoint {
             Ok((build(id, options)?, None))
         })
         .await?;
-        Ok(Self::assemble(parts, link, options))
+        Self::assemble(parts, link, options)
     }
 
     /// Accepts `request` and returns once the connection is established.
@@ -200,31 +172,23 @@ impl Endpoint {
         let (parts, link) = request
             .accept_with(&options.params, |id| Ok((build(id, options)?, None)))
             .await?;
-        Ok(Self::assemble(parts, link, options))
+        Self::assemble(parts, link, options)
     }
 
-    fn assemble(parts: EndpointParts, link: CmLink, options: &EndpointOptions) -> Endpoint {
-        let max = options.max_message_size;
+    fn assemble(
+        parts: EndpointParts,
+        link: CmLink,
+        options: &EndpointOptions,
+    ) -> io::Result<Endpoint> {
         let max_inline = parts.qp.max_inline_data() as usize;
-        Endpoint {
+        Ok(Endpoint {
+            send: SlotQueue::new(parts.send_cq, options.send_depth as usize, Some(&link))?,
+            recv: SlotQueue::new(parts.recv_cq, options.recv_depth as usize, Some(&link))?,
             link,
             qp: parts.qp,
-            send_cq: parts.send_cq,
-            send_waiter: parts.send_waiter,
-            recv_cq: parts.recv_cq,
-            recv_waiter: parts.recv_waiter,
-            send: tokio::sync::Mutex::new(SendState {
-                free_slots: (0..options.send_depth as usize).rev().collect(),
-                error: None,
-            }),
-            recv: tokio::sync::Mutex::new(RecvState {
-                ready: VecDeque::new(),
-                error: None,
-            }),
-            max_message_size: max,
-            send_depth: options.send_depth as usize,
+            max_message_size: options.max_message_size,
             max_inline,
-        }
+        })
     }
 
     /// The peer's address.
@@ -272,78 +236,52 @@ impl Endpoint {
                 self.max_message_size
             )));
         }
-        let mut state = self.send.lock().await;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        loop {
-            if let Some((kind, msg)) = &state.error {
-                return Err(io::Error::new(*kind, msg.clone()));
-            }
-            if self.link.poll_closed()? {
-                return Err(self.link.closed_error(true));
-            }
-            let n = self.send_cq.try_poll(&mut wcs)?;
-            self.reap_sends(&mut state, &wcs[..n]);
-            if n > 0 {
-                continue;
-            }
-            if let Some(slot) = state.free_slots.pop() {
-                let offset = slot * self.max_message_size;
-                if msg.len() > self.max_inline {
-                    self.qp.buffer(SEND_BUFFER).write_at(offset, msg)?;
-                }
-                let segment = [Segment {
-                    buffer: SEND_BUFFER,
-                    offset,
-                    len: msg.len(),
-                }];
-                let payload = if msg.len() <= self.max_inline && !msg.is_empty() {
-                    Payload::Inline(msg)
-                } else if msg.is_empty() {
-                    Payload::Empty
-                } else {
-                    Payload::Segments(&segment)
-                };
-                let req = WorkRequest {
-                    wr_id: slot as u64,
-                    opcode: Opcode::Send { imm: None },
-                    payload,
-                    signaled: true,
-                };
-                if let Err(e) = self.qp.post(&req) {
-                    state.free_slots.push(slot);
-                    return Err(e);
-                }
-                return Ok(());
-            }
-            let n = self
-                .completions_or_closed(&self.send_cq, &self.send_waiter, &mut wcs)
-                .await?;
-            self.reap_sends(&mut state, &wcs[..n]);
+        let mut slots = self.send.lock().await;
+        let slot = self
+            .send
+            .take_free(&mut slots, Some(&self.link), &mut |s, wc| {
+                self.reap_send(s, wc)
+            })
+            .await?;
+        let offset = slot * self.max_message_size;
+        if msg.len() > self.max_inline
+            && let Err(e) = self.qp.buffer(SEND_BUFFER).write_at(offset, msg)
+        {
+            slots.free.push(slot);
+            return Err(e);
         }
+        let segment = [Segment {
+            buffer: SEND_BUFFER,
+            offset,
+            len: msg.len(),
+        }];
+        let payload = if msg.len() <= self.max_inline && !msg.is_empty() {
+            Payload::Inline(msg)
+        } else if msg.is_empty() {
+            Payload::Empty
+        } else {
+            Payload::Segments(&segment)
+        };
+        let req = WorkRequest {
+            wr_id: slot as u64,
+            opcode: Opcode::Send { imm: None },
+            payload,
+            signaled: true,
+        };
+        if let Err(e) = self.qp.post(&req) {
+            slots.free.push(slot);
+            return Err(e);
+        }
+        Ok(())
     }
 
-    /// Waits for completions on `cq` or for the connection to close (then returns 0).
-    async fn completions_or_closed(
-        &self,
-        cq: &AsyncCq,
-        waiter: &FdWaiter,
-        wcs: &mut [WorkCompletion],
-    ) -> io::Result<usize> {
-        tokio::select! {
-            biased;
-            n = cq.completions(waiter, wcs) => n,
-            closed = self.link.closed() => closed.map(|()| 0),
-        }
-    }
-
-    fn reap_sends(&self, state: &mut SendState, wcs: &[WorkCompletion]) {
-        for wc in wcs {
-            state.free_slots.push(wc.wr_id as usize);
-            if !wc.status.is_success() && state.error.is_none() {
-                let err = wc_error(wc, self.peer_addr(), true);
-                tracing::debug!(parent: self.link.span(), error = %err, "send failed");
-                state.error = Some((err.kind(), err.to_string()));
-            }
+    /// A send completed: its slot is free again; the first failure ends the connection.
+    fn reap_send(&self, slots: &mut Slots<(), ()>, wc: &WorkCompletion) {
+        slots.release(wc.wr_id as usize);
+        if !wc.status.is_success() && !self.send.error().is_set() {
+            let err = wc_error(wc, self.peer_addr(), true);
+            tracing::debug!(parent: self.link.span(), error = %err, "send failed");
+            self.send.error().set(err);
         }
     }
 
@@ -360,64 +298,48 @@ impl Endpoint {
     /// Cancel safe: a message is only taken when it is returned; one that arrived while the
     /// future was pending waits for the next call.
     pub async fn recv(&self) -> io::Result<Bytes> {
-        let mut state = self.recv.lock().await;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        loop {
-            if let Some(msg) = state.ready.pop_front() {
-                return Ok(msg);
-            }
-            if let Some((kind, msg)) = &state.error {
-                return Err(io::Error::new(*kind, msg.clone()));
-            }
-            let n = self.recv_cq.try_poll(&mut wcs)?;
-            if n > 0 {
-                self.reap_recvs(&mut state, &wcs[..n]);
-                continue;
-            }
-            if self.link.poll_closed()? {
-                // Messages that completed before the disconnect were taken above.
-                return Err(self.link.closed_error(false));
-            }
-            let n = self
-                .completions_or_closed(&self.recv_cq, &self.recv_waiter, &mut wcs)
-                .await?;
-            self.reap_recvs(&mut state, &wcs[..n]);
-        }
+        let mut slots = self.recv.lock().await;
+        self.recv
+            .fill(&mut slots, Some(&self.link), &mut |s, wc| {
+                self.reap_recv(s, wc)
+            })
+            .await?;
+        // Messages that completed before a disconnect are taken before it is reported.
+        Ok(slots.ready.pop_front().unwrap_or_default())
     }
 
-    fn reap_recvs(&self, state: &mut RecvState, wcs: &[WorkCompletion]) {
+    /// A receive completed: copy the message out and post the slot again.
+    fn reap_recv(&self, slots: &mut Slots<Bytes, ()>, wc: &WorkCompletion) {
         let max = self.max_message_size;
-        for wc in wcs {
-            let slot = wc.wr_id as usize;
-            if wc.status == WcStatus::FLUSH {
-                // The queue pair is in the error state: the disconnect (or an earlier error)
-                // is what to report.
-                continue;
-            }
-            if !wc.status.is_success() {
-                let err = wc_error(wc, self.peer_addr(), false);
-                tracing::debug!(parent: self.link.span(), error = %err, "receive failed");
-                state.error.get_or_insert((err.kind(), err.to_string()));
-                continue;
-            }
-            // The device wrote at most the posted length; check the reported length anyway.
-            let len = (wc.byte_len as usize).min(max);
-            let mut msg = vec![0; len];
-            if let Err(e) = self.qp.buffer(RECV_BUFFER).read_at(slot * max, &mut msg) {
-                state.error.get_or_insert((e.kind(), e.to_string()));
-                continue;
-            }
-            state.ready.push_back(Bytes::from(msg));
-            let segment = Segment {
-                buffer: RECV_BUFFER,
-                offset: slot * max,
-                len: max,
-            };
-            if let Err(e) = self.qp.post_recv(wc.wr_id, Some(segment))
-                && !self.link.is_disconnected()
-            {
-                state.error.get_or_insert((e.kind(), e.to_string()));
-            }
+        let slot = wc.wr_id as usize;
+        if wc.status == WcStatus::FLUSH {
+            // The queue pair is in the error state: the disconnect (or an earlier error)
+            // is what to report.
+            return;
+        }
+        if !wc.status.is_success() {
+            let err = wc_error(wc, self.peer_addr(), false);
+            tracing::debug!(parent: self.link.span(), error = %err, "receive failed");
+            self.recv.error().set(err);
+            return;
+        }
+        // The device wrote at most the posted length; check the reported length anyway.
+        let len = (wc.byte_len as usize).min(max);
+        let mut msg = vec![0; len];
+        if let Err(e) = self.qp.buffer(RECV_BUFFER).read_at(slot * max, &mut msg) {
+            self.recv.error().set(e);
+            return;
+        }
+        slots.ready.push_back(Bytes::from(msg));
+        let segment = Segment {
+            buffer: RECV_BUFFER,
+            offset: slot * max,
+            len: max,
+        };
+        if let Err(e) = self.qp.post_recv(wc.wr_id, Some(segment))
+            && !self.link.is_disconnected()
+        {
+            self.recv.error().set(e);
         }
     }
 
@@ -443,18 +365,19 @@ impl Endpoint {
     /// Waits until every posted send completed (or failed), so an orderly disconnect does not
     /// flush messages the peer was about to receive.
     async fn flush_sends(&self) {
-        let mut state = self.send.lock().await;
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        while state.free_slots.len() < self.send_depth && state.error.is_none() {
+        let mut slots = self.send.lock().await;
+        while slots.free.len() < slots.depth() && !self.send.error().is_set() {
             if self.link.is_disconnected() {
                 return;
             }
-            match self
-                .completions_or_closed(&self.send_cq, &self.send_waiter, &mut wcs)
+            let reap = &mut |s: &mut Slots<(), ()>, wc: &WorkCompletion| self.reap_send(s, wc);
+            if self
+                .send
+                .reap_next(&mut slots, Some(&self.link), reap)
                 .await
+                .is_err()
             {
-                Ok(n) => self.reap_sends(&mut state, &wcs[..n]),
-                Err(_) => return,
+                return;
             }
         }
     }

@@ -3,15 +3,16 @@
 //! that was dropped), and on close drains the queue pair before anything is freed.
 
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 
 use super::srq::SharedReceiveQueue;
 use crate::cm::link::CmLink;
-use crate::reactor::{AsyncCq, wc_error};
+use crate::error::{StickyError, wc_error};
+use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
     CallerMemoryQueuePair, Held, IdDevice, InFlightTable, ProtectionDomain, Ticket, WcStatus,
     WorkCompletion, WorkQueue,
@@ -45,7 +46,7 @@ pub(super) struct ConnShared {
     pub(super) send_slots: Semaphore,
     pub(super) recv_slots: Semaphore,
     /// The first failed work completion: later flushes report it.
-    failure: Mutex<Option<(io::ErrorKind, String)>>,
+    failure: StickyError,
     close: Notify,
     closing: AtomicBool,
 }
@@ -67,7 +68,7 @@ impl ConnShared {
             srq,
             send_slots: Semaphore::new(depths.0 as usize),
             recv_slots: Semaphore::new(depths.1 as usize),
-            failure: Mutex::new(None),
+            failure: StickyError::default(),
             close: Notify::new(),
             closing: AtomicBool::new(false),
         }
@@ -108,16 +109,11 @@ impl ConnShared {
     /// Why nothing may be posted any more: an earlier work request failed (the queue pair is in
     /// the error state, where some providers never complete new receives).
     fn refusal(&self, queue: WorkQueue) -> Option<io::Error> {
-        let failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
-        let (kind, msg) = failure.as_ref()?;
         let what = match queue {
             WorkQueue::Send => "send-queue operation",
             WorkQueue::Recv => "receive",
         };
-        Some(io::Error::new(
-            *kind,
-            format!("{what} refused: the connection failed earlier ({msg})"),
-        ))
+        self.failure.report_as(format!("{what} refused"))
     }
 
     /// Asks the completion task to drain and release the connection.
@@ -127,21 +123,17 @@ impl ConnShared {
     }
 
     fn record_failure(&self, wc: &WorkCompletion) {
-        let mut failure = self.failure.lock().unwrap_or_else(PoisonError::into_inner);
-        if failure.is_none() {
+        if !self.failure.is_set() {
             let err = wc_error(wc, self.link.peer_addr(), true);
             tracing::debug!(error = %err, "work request failed; the queue pair is in the error state");
-            *failure = Some((err.kind(), err.to_string()));
+            self.failure.set(err);
         }
     }
 
     /// The error for a flushed work request: what failed first, or the closed connection.
     pub(super) fn flush_error(&self, what: &str, sending: bool) -> io::Error {
-        if let Some((kind, msg)) = &*self.failure.lock().unwrap_or_else(PoisonError::into_inner) {
-            return io::Error::new(
-                *kind,
-                format!("{what} was flushed: the connection failed earlier ({msg})"),
-            );
+        if let Some(e) = self.failure.report_as(format!("{what} was flushed")) {
+            return e;
         }
         if self.link.is_disconnected() || self.closing.load(Ordering::Acquire) {
             return self.link.closed_error(sending);
@@ -256,9 +248,9 @@ impl Drop for Claim<'_> {
 /// The completion task of one connection. It ends when the connection was dropped and every
 /// outstanding work request completed (or flushed), or after [`DRAIN_LIMIT`].
 pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
-    let (cq_waiter, link_waiter) = match (shared.cq.waiter(), shared.link.waiter()) {
-        (Ok(c), Ok(l)) => (c, l),
-        (Err(e), _) | (_, Err(e)) => {
+    let waiter = match ConnWaiter::new(&shared.cq, Some(&shared.link)) {
+        Ok(waiter) => waiter,
+        Err(e) => {
             tracing::error!(error = %e, "cannot wait for completions; closing the connection");
             let _ = shared.qp.set_error();
             return;
@@ -276,21 +268,22 @@ pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
         }
         tokio::select! {
             biased;
-            polled = shared.cq.completions(&cq_waiter, &mut wcs) => match polled {
-                Ok(n) => shared.dispatch(&wcs[..n]),
-                Err(e) => {
-                    // Cannot happen with a live CQ; without a CQ nothing can be reaped, so stop
-                    // and leave the buffers to the queue pair's destruction.
-                    tracing::error!(error = %e, "polling the completion queue failed");
-                    break;
-                }
-            },
-            closed = std::future::poll_fn(|cx| shared.link.poll_disconnected(&link_waiter, cx)),
-                if link_open =>
-            {
-                link_open = false;
-                if let Err(e) = closed {
-                    tracing::debug!(error = %e, "reading the connection's rdma_cm events");
+            // Once its close was seen, the link is no longer watched.
+            woken = waiter.wait(&shared.cq, link_open.then_some(&shared.link), &mut wcs) => {
+                match woken {
+                    Woken::Completions(Ok(n)) => shared.dispatch(&wcs[..n]),
+                    Woken::Completions(Err(e)) => {
+                        // Cannot happen with a live CQ; without a CQ nothing can be reaped, so
+                        // stop and leave the buffers to the queue pair's destruction.
+                        tracing::error!(error = %e, "polling the completion queue failed");
+                        break;
+                    }
+                    Woken::Closed(closed) => {
+                        link_open = false;
+                        if let Err(e) = closed {
+                            tracing::debug!(error = %e, "reading the connection's rdma_cm events");
+                        }
+                    }
                 }
             }
             () = shared.close.notified(), if !closing => {

@@ -19,11 +19,11 @@ use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::resolve::connect_each;
-use crate::error;
-use crate::reactor::{AsyncCq, wc_error};
+use crate::error::{self, completion_error, wc_error};
+use crate::reactor::AsyncCq;
 use crate::verbs::{
-    Access, CallerMemoryQueuePair, CmId, CompletionChannel, CompletionQueue, Held, IdDevice,
-    InFlightTable, Opcode, ProtectionDomain, QpCaps, Segment, WcStatus, WorkCompletion, WorkQueue,
+    Access, CallerMemoryQueuePair, CmId, Held, IdDevice, InFlightTable, Opcode, ProtectionDomain,
+    QpCaps, Segment, WcStatus, WorkCompletion, WorkQueue,
 };
 
 /// What a receive delivered.
@@ -138,10 +138,8 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
     // The completion queue has room for this connection's work requests and, with a shared
     // receive queue, for every receive of that queue (any of them may complete here).
     let entries = opts.send_depth + opts.recv_depth + srq_depth;
-    let cq = Arc::new(CompletionQueue::new(
-        Arc::new(CompletionChannel::new(id.clone())?),
-        entries,
-    )?);
+    let async_cq = AsyncCq::create(id, entries, opts.busy_poll)?;
+    let cq = async_cq.queue();
     let table = Arc::new(InFlightTable::new(entries as usize, false));
     let caps = QpCaps {
         max_send_wr: opts.send_depth,
@@ -160,7 +158,7 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
     )?;
     Ok(ConnParts {
         qp,
-        cq: AsyncCq::new(cq, opts.busy_poll),
+        cq: async_cq,
         table,
         pd,
         device,
@@ -502,8 +500,9 @@ impl RdmaConnection {
             return self.shared.flush_error(&what, op.sending());
         }
         if wc.status == WcStatus::REMOTE_ACCESS {
-            return io::Error::new(
+            return completion_error(
                 io::ErrorKind::PermissionDenied,
+                wc,
                 format!(
                     "{what} failed: remote access error: the peer's memory key does not allow this \
                      access to these bytes (wrong rkey, outside the registered region, or not \
@@ -512,7 +511,7 @@ impl RdmaConnection {
             );
         }
         let err = wc_error(wc, self.peer_addr(), op.sending());
-        io::Error::new(err.kind(), format!("{what} failed: {err}"))
+        completion_error(err.kind(), wc, format!("{what} failed: {err}"))
     }
 
     async fn run_one<B: RegisteredBytes>(

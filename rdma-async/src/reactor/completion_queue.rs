@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::task::coop;
 
 use crate::reactor::FdWaiter;
-use crate::verbs::{CompletionQueue, WorkCompletion};
+use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
 
 /// A completion queue whose completions wake tasks.
 ///
@@ -35,12 +35,25 @@ pub(crate) struct AsyncCq {
 
 impl AsyncCq {
     /// Wraps `cq`; `busy_poll` is how long an empty queue is polled before the task sleeps.
-    pub(crate) fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> Self {
+    fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> Self {
         AsyncCq {
             cq,
             busy_poll,
             armed: AtomicBool::new(false),
         }
+    }
+
+    /// Creates a completion queue of `entries` on `id`'s device, with a completion channel of
+    /// its own (so its events wake only its waiters).
+    pub(crate) fn create(id: &Arc<CmId>, entries: u32, busy_poll: Duration) -> io::Result<Self> {
+        let channel = Arc::new(CompletionChannel::new(id.clone())?);
+        let cq = Arc::new(CompletionQueue::new(channel, entries)?);
+        Ok(Self::new(cq, busy_poll))
+    }
+
+    /// The verbs queue, for creating queue pairs on it.
+    pub(crate) fn queue(&self) -> &Arc<CompletionQueue> {
+        &self.cq
     }
 
     /// A registration for one more waiting task.
@@ -112,40 +125,4 @@ impl AsyncCq {
             std::hint::spin_loop();
         }
     }
-
-    /// Waits for completions (see [`Self::poll_completions`]).
-    pub(crate) async fn completions(
-        &self,
-        waiter: &FdWaiter,
-        out: &mut [WorkCompletion],
-    ) -> io::Result<usize> {
-        std::future::poll_fn(|cx| self.poll_completions(waiter, cx, out)).await
-    }
-}
-
-/// The `io::Error` for a failed work completion.
-pub(crate) fn wc_error(
-    wc: &WorkCompletion,
-    peer: std::net::SocketAddr,
-    sending: bool,
-) -> io::Error {
-    use rdma_async_sys::ibv_wc_status as st;
-    let kind = match wc.status.0 {
-        st::IBV_WC_RETRY_EXC_ERR | st::IBV_WC_RNR_RETRY_EXC_ERR => io::ErrorKind::TimedOut,
-        st::IBV_WC_WR_FLUSH_ERR if sending => io::ErrorKind::BrokenPipe,
-        st::IBV_WC_WR_FLUSH_ERR => io::ErrorKind::ConnectionReset,
-        st::IBV_WC_REM_ACCESS_ERR | st::IBV_WC_LOC_PROT_ERR => io::ErrorKind::PermissionDenied,
-        st::IBV_WC_LOC_LEN_ERR | st::IBV_WC_REM_INV_REQ_ERR => io::ErrorKind::InvalidData,
-        _ => io::ErrorKind::Other,
-    };
-    let what = if sending { "send to" } else { "receive from" };
-    io::Error::new(
-        kind,
-        format!(
-            "{what} {peer} failed: {} (work completion status {}, vendor error {:#x})",
-            wc.status.describe(),
-            wc.status.0,
-            wc.vendor_err
-        ),
-    )
 }

@@ -1,11 +1,17 @@
 //! What registers with Tokio's reactor: completion queues whose completions wake tasks
-//! ([`AsyncCq`]) and per-task registrations of channel descriptors ([`FdWaiter`]).
+//! ([`AsyncCq`]), per-task registrations of channel descriptors ([`FdWaiter`]), the wait for a
+//! completion or a disconnect ([`ConnWaiter`]), and work queues of registered slots built on
+//! them ([`SlotQueue`]).
 //!
 //! The verbs objects themselves (`crate::verbs`) know nothing of Tokio; this module turns their
 //! channel descriptors into readiness that tasks can wait for.
 
 mod completion_queue;
+mod conn_waiter;
 mod fd_waiter;
+mod slot_queue;
 
-pub(crate) use completion_queue::{AsyncCq, wc_error};
+pub(crate) use completion_queue::AsyncCq;
+pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub(crate) use fd_waiter::FdWaiter;
+pub(crate) use slot_queue::{SlotQueue, Slots};

@@ -19,15 +19,15 @@ use tokio::task::coop;
 use super::options::RStreamOptions;
 use super::stats::StreamStats;
 use crate::cm::link::CmLink;
+use crate::error::{StickyError, wc_error};
 use crate::proto::{
     ConnData, Connection, DataWrite, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
     TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
 };
-use crate::reactor::FdWaiter;
-use crate::reactor::{AsyncCq, wc_error};
+use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
-    Access, CmId, CompletionChannel, CompletionQueue, Opcode, OwnedBufferQueuePair, Payload,
-    ProtectionDomain, QpCaps, RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, ProtectionDomain, QpCaps,
+    RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
 };
 
 /// The queue pair's buffers, by index.
@@ -54,11 +54,8 @@ pub(super) fn build(
 ) -> io::Result<(StreamParts, Option<Vec<u8>>)> {
     let config = opts.config();
     let pd = Arc::new(ProtectionDomain::new(id.clone())?);
-    let channel = Arc::new(CompletionChannel::new(id.clone())?);
-    let cq = Arc::new(CompletionQueue::new(
-        channel,
-        config.sq_size() + config.rq_size(),
-    )?);
+    let async_cq = AsyncCq::create(id, config.sq_size() + config.rq_size(), opts.busy_poll)?;
+    let cq = async_cq.queue();
     let remote_write = Access {
         remote_write: true,
         ..Access::default()
@@ -98,7 +95,7 @@ pub(super) fn build(
     Ok((
         StreamParts {
             qp,
-            cq: AsyncCq::new(cq, opts.busy_poll),
+            cq: async_cq,
             conn,
         },
         Some(conn_data),
@@ -138,7 +135,7 @@ struct CoreState {
     read_waker: Option<Waker>,
     write_waker: Option<Waker>,
     /// The first transport failure, which explains the protocol's later "failed" state.
-    transport_error: Option<(io::ErrorKind, String)>,
+    transport_error: StickyError,
     shutdown_started: bool,
     stats: StreamStats,
 }
@@ -150,16 +147,18 @@ pub(super) struct StreamCore {
     link: CmLink,
     qp: OwnedBufferQueuePair,
     cq: AsyncCq,
-    cq_waiters: [FdWaiter; 2],
-    cm_waiters: [FdWaiter; 2],
+    /// The reading and the writing side's registrations (indexed by [`Side`]).
+    waiters: [ConnWaiter; 2],
     state: Mutex<CoreState>,
 }
 
 impl StreamCore {
     pub(super) fn new(parts: StreamParts, link: CmLink) -> io::Result<Self> {
         let core = StreamCore {
-            cq_waiters: [parts.cq.waiter()?, parts.cq.waiter()?],
-            cm_waiters: [link.waiter()?, link.waiter()?],
+            waiters: [
+                ConnWaiter::new(&parts.cq, Some(&link))?,
+                ConnWaiter::new(&parts.cq, Some(&link))?,
+            ],
             link,
             qp: parts.qp,
             cq: parts.cq,
@@ -167,7 +166,7 @@ impl StreamCore {
                 conn: parts.conn,
                 read_waker: None,
                 write_waker: None,
-                transport_error: None,
+                transport_error: StickyError::default(),
                 shutdown_started: false,
                 stats: StreamStats::default(),
             }),
@@ -208,10 +207,10 @@ impl StreamCore {
             } else {
                 state.stats.send_completions += 1;
                 let ok = wc.status.is_success();
-                if !ok && wc.status != WcStatus::FLUSH && state.transport_error.is_none() {
+                if !ok && wc.status != WcStatus::FLUSH && !state.transport_error.is_set() {
                     let err = wc_error(wc, self.link.peer_addr(), true);
                     tracing::warn!(parent: self.link.span(), error = %err, "send failed");
-                    state.transport_error = Some((err.kind(), err.to_string()));
+                    state.transport_error.set(err);
                 }
                 if let Err(e) = state.conn.handle_send_completion(wc.wr_id, ok) {
                     tracing::debug!(parent: self.link.span(), error = %e, "send completion ended the connection");
@@ -289,16 +288,13 @@ impl StreamCore {
 
     /// Records a local failure that broke the connection and returns it.
     fn fatal(&self, state: &mut CoreState, err: io::Error) -> io::Error {
-        if state.transport_error.is_none() {
+        if !state.transport_error.is_set() {
             tracing::warn!(parent: self.link.span(), error = %err, "connection failed");
         }
         state
             .conn
             .handle_fatal(ProtoError::new(ProtoErrorKind::SendFailed, err.to_string()));
-        state
-            .transport_error
-            .get_or_insert((err.kind(), err.to_string()));
-        err
+        state.transport_error.record(err)
     }
 
     fn post_data(&self, state: &mut CoreState, write: &DataWrite, src: &[u8]) -> io::Result<()> {
@@ -344,8 +340,8 @@ impl StreamCore {
 
     /// The error a failed connection reports: the transport's cause if there was one.
     fn failure(&self, state: &CoreState, proto: Option<ProtoError>) -> io::Error {
-        if let Some((kind, msg)) = &state.transport_error {
-            return io::Error::new(*kind, msg.clone());
+        if let Some(e) = state.transport_error.report() {
+            return e;
         }
         match proto {
             Some(e) => e.into(),
@@ -374,18 +370,12 @@ impl StreamCore {
         if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             *slot = Some(cx.waker().clone());
         }
-        let index = side as usize;
         let mut wcs = [WorkCompletion::EMPTY; 32];
-        match self
-            .cq
-            .poll_completions(&self.cq_waiters[index], cx, &mut wcs)
-        {
-            Poll::Ready(Ok(n)) => return Poll::Ready(self.handle(state, &wcs[..n])),
-            Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-            Poll::Pending => {}
-        }
-        match self.link.poll_disconnected(&self.cm_waiters[index], cx) {
-            Poll::Ready(Ok(())) if !state.conn.is_disconnected() => {
+        let waiter = &self.waiters[side as usize];
+        match ready!(waiter.poll_wait(&self.cq, Some(&self.link), cx, &mut wcs)) {
+            Woken::Completions(Ok(n)) => Poll::Ready(self.handle(state, &wcs[..n])),
+            Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
+            Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
                 tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
                 state.conn.handle_disconnected();
                 wake(&mut state.read_waker);
@@ -393,12 +383,10 @@ impl StreamCore {
                 Poll::Ready(Ok(()))
             }
             // Already disconnected and still blocked: nothing more will arrive.
-            Poll::Ready(Ok(())) => Poll::Ready(Err(io::Error::new(
+            Woken::Closed(Ok(())) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionReset,
                 format!("connection closed by {}", self.link.peer_addr()),
             ))),
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => Poll::Pending,
         }
     }
 

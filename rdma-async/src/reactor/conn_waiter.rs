@@ -1,0 +1,73 @@
+//! Waiting for "a completion or a disconnect", the one wait every connected transport makes.
+
+use std::future::poll_fn;
+use std::io;
+use std::task::{Context, Poll};
+
+use super::{AsyncCq, FdWaiter};
+use crate::cm::link::CmLink;
+use crate::verbs::WorkCompletion;
+
+/// What ended a wait.
+#[derive(Debug)]
+pub(crate) enum Woken {
+    /// Completions were copied out (how many, or why polling failed).
+    Completions(io::Result<usize>),
+    /// rdma_cm reported the connection closed (or reading its channel failed).
+    Closed(io::Result<()>),
+}
+
+/// One waiting task's registrations: on a completion queue's channel and, for a connection, on
+/// its rdma_cm channel. Each task that may wait needs its own (see [`FdWaiter`]).
+#[derive(Debug)]
+pub(crate) struct ConnWaiter {
+    cq: FdWaiter,
+    cm: Option<FdWaiter>,
+}
+
+impl ConnWaiter {
+    /// Registers for `cq`'s completions and, with `link`, for its disconnect.
+    pub(crate) fn new(cq: &AsyncCq, link: Option<&CmLink>) -> io::Result<Self> {
+        Ok(ConnWaiter {
+            cq: cq.waiter()?,
+            cm: link.map(CmLink::waiter).transpose()?,
+        })
+    }
+
+    /// The registration on the rdma_cm channel, if this waiter watches a connection.
+    pub(crate) fn cm(&self) -> Option<&FdWaiter> {
+        self.cm.as_ref()
+    }
+
+    /// Waits until `cq` has completions (copied into `out`) or, when `link` is given, rdma_cm
+    /// reports it closed. Completions come first: what completed before a disconnect is
+    /// handled before the disconnect is. `link` must be the connection this waiter was made for;
+    /// passing `None` stops watching it (once its close was handled).
+    ///
+    /// Cancel safety: completions are taken only when returned; CM events read are recorded.
+    pub(crate) fn poll_wait(
+        &self,
+        cq: &AsyncCq,
+        link: Option<&CmLink>,
+        cx: &mut Context<'_>,
+        out: &mut [WorkCompletion],
+    ) -> Poll<Woken> {
+        if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out) {
+            return Poll::Ready(Woken::Completions(polled));
+        }
+        match (link, &self.cm) {
+            (Some(link), Some(cm)) => link.poll_disconnected(cm, cx).map(Woken::Closed),
+            _ => Poll::Pending,
+        }
+    }
+
+    /// Waits as [`Self::poll_wait`].
+    pub(crate) async fn wait(
+        &self,
+        cq: &AsyncCq,
+        link: Option<&CmLink>,
+        out: &mut [WorkCompletion],
+    ) -> Woken {
+        poll_fn(|cx| self.poll_wait(cq, link, cx, out)).await
+    }
+}

@@ -1,0 +1,218 @@
+//! [`SlotQueue`]: one work queue whose work requests each use one slot of registered memory, as
+//! `Endpoint`'s and `RDatagram`'s sends and receives do. It owns the completion queue, the
+//! waiter, the free slots (or what arrived in them) and the queue's first failure; each
+//! transport keeps only its posting and its parsing of completions (the `reap` closures).
+
+use std::collections::VecDeque;
+use std::io;
+
+use tokio::sync::{Mutex, MutexGuard};
+
+use super::{AsyncCq, ConnWaiter, Woken};
+use crate::cm::link::CmLink;
+use crate::error::StickyError;
+use crate::verbs::WorkCompletion;
+
+/// The slots of a [`SlotQueue`], behind its lock.
+#[derive(Debug)]
+pub(crate) struct Slots<R, H> {
+    /// Slots whose work request completed: free for the next post.
+    pub(crate) free: Vec<usize>,
+    /// What each posted slot keeps alive until its completion (an address handle, say).
+    pub(crate) held: Vec<Option<H>>,
+    /// What completed and waits to be taken, oldest first.
+    pub(crate) ready: VecDeque<R>,
+}
+
+impl<R, H> Slots<R, H> {
+    /// How many slots there are.
+    pub(crate) fn depth(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Gives `slot` back after its completion, dropping what it held; ignores a number that is
+    /// no slot.
+    pub(crate) fn release(&mut self, slot: usize) {
+        if let Some(held) = self.held.get_mut(slot) {
+            *held = None;
+            self.free.push(slot);
+        }
+    }
+}
+
+/// How a transport handles one completion of its queue.
+pub(crate) trait Reap<R, H>: FnMut(&mut Slots<R, H>, &WorkCompletion) {}
+impl<R, H, F: FnMut(&mut Slots<R, H>, &WorkCompletion)> Reap<R, H> for F {}
+
+/// A work queue of slots: see the module documentation. `R` is what a completion delivers to
+/// be taken later (receives), `H` what a posted slot holds (sends).
+#[derive(Debug)]
+pub(crate) struct SlotQueue<R = (), H = ()> {
+    cq: AsyncCq,
+    waiter: ConnWaiter,
+    slots: Mutex<Slots<R, H>>,
+    error: StickyError,
+}
+
+impl<R, H> SlotQueue<R, H> {
+    /// A queue of `depth` slots, all free. With `link`, waits also end when the connection
+    /// closes (the transport must then pass the same link).
+    pub(crate) fn new(cq: AsyncCq, depth: usize, link: Option<&CmLink>) -> io::Result<Self> {
+        Ok(SlotQueue {
+            waiter: ConnWaiter::new(&cq, link)?,
+            cq,
+            slots: Mutex::new(Slots {
+                free: (0..depth).rev().collect(),
+                held: (0..depth).map(|_| None).collect(),
+                ready: VecDeque::new(),
+            }),
+            error: StickyError::default(),
+        })
+    }
+
+    /// The slots, once no other task uses them; held across the waits below, so completions
+    /// are handled in order.
+    pub(crate) async fn lock(&self) -> MutexGuard<'_, Slots<R, H>> {
+        self.slots.lock().await
+    }
+
+    /// The slots, or `WouldBlock` while another task uses them.
+    pub(crate) fn try_lock(&self) -> io::Result<MutexGuard<'_, Slots<R, H>>> {
+        self.slots
+            .try_lock()
+            .map_err(|_| io::ErrorKind::WouldBlock.into())
+    }
+
+    /// The queue's first failure, reported to every later use.
+    pub(crate) fn error(&self) -> &StickyError {
+        &self.error
+    }
+
+    /// Hands every completion already queued to `reap`; returns how many there were.
+    pub(crate) fn reap_queued(
+        &self,
+        slots: &mut Slots<R, H>,
+        reap: &mut impl Reap<R, H>,
+    ) -> io::Result<usize> {
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        let mut total = 0;
+        loop {
+            let n = self.cq.try_poll(&mut wcs)?;
+            if n == 0 {
+                return Ok(total);
+            }
+            total += n;
+            wcs[..n].iter().for_each(|wc| reap(slots, wc));
+        }
+    }
+
+    /// Waits for completions, which go to `reap`, or for `link` to close (`Ok` too: callers
+    /// look again).
+    ///
+    /// Cancel safety: completions are taken only when they are reaped.
+    pub(crate) async fn reap_next(
+        &self,
+        slots: &mut Slots<R, H>,
+        link: Option<&CmLink>,
+        reap: &mut impl Reap<R, H>,
+    ) -> io::Result<()> {
+        let mut wcs = [WorkCompletion::EMPTY; 16];
+        match self.waiter.wait(&self.cq, link, &mut wcs).await {
+            Woken::Completions(n) => {
+                wcs[..n?].iter().for_each(|wc| reap(slots, wc));
+                Ok(())
+            }
+            Woken::Closed(closed) => closed,
+        }
+    }
+
+    /// Fails with `link`'s closed error (for a sender when `sending`) once it is closed or
+    /// closing; its channel is read only when it is readable.
+    fn check_open(&self, link: Option<&CmLink>, sending: bool) -> io::Result<()> {
+        if let (Some(link), Some(cm)) = (link, self.waiter.cm())
+            && link.try_closed(cm)?
+        {
+            return Err(link.closed_error(sending));
+        }
+        Ok(())
+    }
+
+    /// Takes a free slot, reaping what completed and waiting while every slot is in flight.
+    ///
+    /// # Errors
+    ///
+    /// The queue's recorded failure; with `link`, its closed error once it closes.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a slot is taken only when returned.
+    pub(crate) async fn take_free(
+        &self,
+        slots: &mut Slots<R, H>,
+        link: Option<&CmLink>,
+        reap: &mut impl Reap<R, H>,
+    ) -> io::Result<usize> {
+        loop {
+            if let Some(e) = self.error.report() {
+                return Err(e);
+            }
+            self.check_open(link, true)?;
+            // Everything completed is reaped first, so a failure shows before the next post.
+            if self.reap_queued(slots, reap)? > 0 {
+                continue;
+            }
+            if let Some(slot) = slots.free.pop() {
+                return Ok(slot);
+            }
+            self.reap_next(slots, link, reap).await?;
+        }
+    }
+
+    /// Whether something is ready to take, reaping what completed, without waiting.
+    ///
+    /// # Errors
+    ///
+    /// The queue's recorded failure, once everything that arrived before it was taken.
+    pub(crate) fn try_fill(
+        &self,
+        slots: &mut Slots<R, H>,
+        reap: &mut impl Reap<R, H>,
+    ) -> io::Result<bool> {
+        loop {
+            if !slots.ready.is_empty() {
+                return Ok(true);
+            }
+            if let Some(e) = self.error.report() {
+                return Err(e);
+            }
+            if self.reap_queued(slots, reap)? == 0 {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Waits until something is ready to take.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::try_fill`]; with `link`, its closed error once it closes and everything that
+    /// completed before was taken.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: what arrives while waiting stays ready for the next call.
+    pub(crate) async fn fill(
+        &self,
+        slots: &mut Slots<R, H>,
+        link: Option<&CmLink>,
+        reap: &mut impl Reap<R, H>,
+    ) -> io::Result<()> {
+        loop {
+            if self.try_fill(slots, reap)? {
+                return Ok(());
+            }
+            self.check_open(link, false)?;
+            self.reap_next(slots, link, reap).await?;
+        }
+    }
+}
