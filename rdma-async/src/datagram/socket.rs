@@ -17,6 +17,7 @@ use super::peers::Route;
 use super::responder::{Shared, answer_requests};
 use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
+use crate::cm::IdOptions;
 use crate::cm::resolve::resolve;
 use crate::error;
 use crate::reactor::AsyncCq;
@@ -89,6 +90,8 @@ pub struct RDatagram {
     slot_len: usize,
     recv_depth: usize,
     resolve_timeout: Duration,
+    /// The options of every id the socket creates (to resolve peers, to join groups).
+    id_options: IdOptions,
     responder: tokio::task::AbortHandle,
 }
 
@@ -147,7 +150,7 @@ impl RDatagram {
                  device (a wildcard address picks no device for the queue pair)"
             )));
         }
-        let (id, events) = udp_id()?;
+        let (id, events) = udp_id(&opts.id)?;
         id.bind_addr(addr)?;
         let local = id.local_addr()?;
         let max_datagram = opts.datagram_limit(port_mtu(&id)?)?;
@@ -218,6 +221,7 @@ impl RDatagram {
             slot_len,
             recv_depth,
             resolve_timeout: opts.resolve_timeout,
+            id_options: opts.id.clone(),
             responder,
         })
     }
@@ -487,6 +491,7 @@ impl RDatagram {
             self.local.ip(),
             group,
             self.resolve_timeout,
+            &self.id_options,
             &self.pd,
             &self.qp,
         )
@@ -540,6 +545,30 @@ impl RDatagram {
             })
     }
 
+    /// Test hook: resolves `target` as a first datagram to it does, and returns the traffic
+    /// class of the route rdma_cm reports (the type of service of the socket's id options).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send_to`]'s resolution.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn __resolve_traffic_class(&self, target: SocketAddr) -> io::Result<u8> {
+        let (ud, _) = resolve_peer(
+            self.local.ip(),
+            target,
+            self.resolve_timeout,
+            &self.id_options,
+            self.shared.hello,
+        )
+        .await?;
+        Ok(ud.ah_attr.traffic_class())
+    }
+
     /// The route to `target`: cached, or resolved once by whichever sender asks first.
     async fn route_to(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
         if target.ip().is_multicast() {
@@ -556,6 +585,7 @@ impl RDatagram {
             self.local.ip(),
             target,
             self.resolve_timeout,
+            &self.id_options,
             self.shared.hello,
         )
         .await?;
