@@ -72,7 +72,9 @@ macro_rules! dial_setters {
         }
 
         /// `rdma_set_option` options of the connection's rdma_cm id (type of service, address
-        /// reuse, IPv6-only, ACK timeout).
+        /// reuse, IPv6-only, ACK timeout). When accepting, the ACK timeout is set on the
+        /// accepted id (a listener's own ACK timeout applies where this sets none); a stream
+        /// listener (`RListener::bind_with`) sets all of them on its listening id.
         pub fn id_options(mut self, options: $crate::cm::IdOptions) -> Self {
             self.dial.id = options;
             self
@@ -105,8 +107,8 @@ pub(crate) fn timeout_ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX).max(1)
 }
 
-/// A fresh id of port space `ps` on its own event channel, with `options` set (every id of the
-/// crate starts here, so no transport can forget them).
+/// A fresh id of port space `ps` on its own event channel, with `options` set (every id the
+/// crate creates starts here, so no transport can forget them).
 pub(crate) fn new_id(ps: PortSpace, options: &IdOptions) -> io::Result<(Arc<CmId>, CmEvents)> {
     let channel = Arc::new(EventChannel::new()?);
     let events = CmEvents::new(channel.clone())?;

@@ -12,7 +12,7 @@ use super::events::CmEvents;
 use super::handshake;
 use super::id_options::IdOptions;
 use super::request::ConnectRequest;
-use super::resolve::resolve;
+use super::resolve::each_addr;
 use crate::verbs::{CmId, EventChannel, PortSpace};
 
 /// The backlog `bind` uses, as tokio's `TcpListener::bind`.
@@ -84,15 +84,10 @@ impl CmListener {
         backlog: i32,
         options: &IdOptions,
     ) -> io::Result<Self> {
-        let mut last = None;
-        for addr in resolve(addr).await? {
-            match Self::bind_one(addr, backlog, options) {
-                Ok(listener) => return Ok(listener),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last
-            .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
+        each_addr(addr, |addr| {
+            std::future::ready(Self::bind_one(addr, backlog, options))
+        })
+        .await
     }
 
     fn bind_one(addr: SocketAddr, backlog: i32, options: &IdOptions) -> io::Result<Self> {

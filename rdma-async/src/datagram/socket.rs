@@ -18,12 +18,12 @@ use super::responder::{Shared, answer_requests};
 use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
 use crate::cm::IdOptions;
-use crate::cm::resolve::resolve;
+use crate::cm::resolve::{each_addr, resolve};
 use crate::error;
 use crate::reactor::AsyncCq;
 use crate::reactor::FdWaiter;
 use crate::verbs::{
-    AddressHandle, CompletionChannel, CompletionQueue, GRH_LEN, ProtectionDomain, UdCaps,
+    AddressHandle, CompletionChannel, CompletionQueue, GRH_LEN, ProtectionDomain, UdCaps, UdParam,
     UdQueuePair, UdSend, WcStatus, WorkCompletion, port_mtu,
 };
 
@@ -132,15 +132,10 @@ impl RDatagram {
         addr: A,
         options: RDatagramOptions,
     ) -> io::Result<RDatagram> {
-        let mut last = None;
-        for addr in resolve(addr).await? {
-            match Self::bind_one(addr, &options) {
-                Ok(socket) => return Ok(socket),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last
-            .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
+        each_addr(addr, |addr| {
+            std::future::ready(Self::bind_one(addr, &options))
+        })
+        .await
     }
 
     fn bind_one(addr: SocketAddr, opts: &RDatagramOptions) -> io::Result<RDatagram> {
@@ -340,17 +335,12 @@ impl RDatagram {
     ///
     /// Cancel safe: the peer is set only when this returns `Ok`.
     pub async fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
-        let mut last = None;
-        for addr in resolve(addr).await? {
-            match self.route_to(addr).await {
-                Ok(_) => {
-                    *lock(&self.peer) = Some(addr);
-                    return Ok(());
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| error::invalid_input("no address to connect to")))
+        each_addr(addr, |addr| async move {
+            self.route_to(addr).await?;
+            *lock(&self.peer) = Some(addr);
+            Ok(())
+        })
+        .await
     }
 
     /// Sends to the connected peer.
@@ -558,14 +548,7 @@ impl RDatagram {
     #[cfg(feature = "test-hooks")]
     #[doc(hidden)]
     pub async fn __resolve_traffic_class(&self, target: SocketAddr) -> io::Result<u8> {
-        let (ud, _) = resolve_peer(
-            self.local.ip(),
-            target,
-            self.resolve_timeout,
-            &self.id_options,
-            self.shared.hello,
-        )
-        .await?;
+        let (ud, _) = self.ask_peer(target).await?;
         Ok(ud.ah_attr.traffic_class())
     }
 
@@ -580,15 +563,20 @@ impl RDatagram {
             .cloned()
     }
 
-    async fn resolve_route(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
-        let (ud, peer_hello) = resolve_peer(
+    /// The SIDR exchange with `target`, from this socket's address and with its id options.
+    async fn ask_peer(&self, target: SocketAddr) -> io::Result<(UdParam, Option<Hello>)> {
+        resolve_peer(
             self.local.ip(),
             target,
             self.resolve_timeout,
             &self.id_options,
             self.shared.hello,
         )
-        .await?;
+        .await
+    }
+
+    async fn resolve_route(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
+        let (ud, peer_hello) = self.ask_peer(target).await?;
         let ah = AddressHandle::new(self.pd.clone(), &ud.ah_attr)?;
         match peer_hello {
             // The peer numbers its datagrams to us from now on (it learned us from our request).
