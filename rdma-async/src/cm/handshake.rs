@@ -1,9 +1,12 @@
-//! The steps of establishing a connection, shared by every connected type of the crate.
+//! The one path of every rdma_cm id of the crate: creating it with its [`IdOptions`], resolving,
+//! connecting and accepting (for `RStream`, `Endpoint` and `RdmaConnection`), and the same id
+//! creation and resolution for listeners and `RDatagram`'s bound id and SIDR exchanges.
 //!
 //! Each step starts an rdma_cm operation and awaits the event that ends it. The caller's
 //! `build` closure creates the queue pair and its memory once the device is known, before the
-//! request or the accept goes out. Everything lives in locals and `Arc`s, so dropping the future at
-//! any await point destroys whatever was created (the queue pair first, the id last).
+//! request or the accept goes out; its `finish` closure turns them and the established link into
+//! the connection. Everything lives in locals and `Arc`s, so dropping the future at any await
+//! point destroys whatever was created (the queue pair first, the id last).
 
 use std::io;
 use std::net::SocketAddr;
@@ -11,12 +14,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_async_sys::rdma_cm_event_type as ev;
+use tokio::net::ToSocketAddrs;
 
 use super::error::event_error;
 use super::events::CmEvents;
 use super::id_options::IdOptions;
 use super::link::CmLink;
-use super::params::{ConnParams, MAX_CONNECT_PRIVATE_DATA};
+use super::params::{ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA};
+use super::request::ConnectRequest;
+use super::resolve::connect_each;
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
 
 /// How the active side reaches a peer; every connecting type's options embed one.
@@ -66,7 +72,9 @@ macro_rules! dial_setters {
         }
 
         /// `rdma_set_option` options of the connection's rdma_cm id (type of service, address
-        /// reuse, IPv6-only, ACK timeout).
+        /// reuse, IPv6-only, ACK timeout). When accepting, the ACK timeout is set on the
+        /// accepted id (a listener's own ACK timeout applies where this sets none); a stream
+        /// listener (`RListener::bind_with`) sets all of them on its listening id.
         pub fn id_options(mut self, options: $crate::cm::IdOptions) -> Self {
             self.dial.id = options;
             self
@@ -94,43 +102,35 @@ pub(crate) async fn expect(
     }
 }
 
-fn timeout_ms(d: Duration) -> i32 {
+/// An rdma_cm timeout in milliseconds, at least 1 (0 would not wait at all).
+pub(crate) fn timeout_ms(d: Duration) -> i32 {
     i32::try_from(d.as_millis()).unwrap_or(i32::MAX).max(1)
 }
 
-/// Resolves, builds the queue pair with `build`, connects, and returns once established.
-/// `build` may return the private data to send (it can describe what it just registered);
-/// otherwise `params`' private data goes out.
-pub(crate) async fn connect<R>(
-    dst: SocketAddr,
-    dial: &DialOptions,
-    params: &ConnParams,
-    build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
-) -> io::Result<(R, CmLink)> {
-    let result = connect_steps(dst, dial, params, build).await;
-    if let Err(e) = &result {
-        tracing::debug!(%dst, error = %e, "connect failed");
-    }
-    result
-}
-
-async fn connect_steps<R>(
-    dst: SocketAddr,
-    dial: &DialOptions,
-    params: &ConnParams,
-    build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
-) -> io::Result<(R, CmLink)> {
-    let mut raw_params = params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+/// A fresh id of port space `ps` on its own event channel, with `options` set (every id the
+/// crate creates starts here, so no transport can forget them).
+pub(crate) fn new_id(ps: PortSpace, options: &IdOptions) -> io::Result<(Arc<CmId>, CmEvents)> {
     let channel = Arc::new(EventChannel::new()?);
     let events = CmEvents::new(channel.clone())?;
-    let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
-    dial.id.apply(&id)?;
-    let ms = timeout_ms(dial.resolve_timeout);
-    let peer = Some(dst);
+    let id = Arc::new(CmId::new(channel, ps)?);
+    options.apply(&id, ps)?;
+    Ok((id, events))
+}
 
-    id.resolve_addr(dial.bind, dst, ms)?;
+/// Resolves the address (from `bind`, if given) and then the route to `dst`, each within
+/// `timeout`; afterwards the id knows its device.
+pub(crate) async fn resolve_route(
+    id: &CmId,
+    events: &CmEvents,
+    bind: Option<SocketAddr>,
+    dst: SocketAddr,
+    timeout: Duration,
+) -> io::Result<()> {
+    let ms = timeout_ms(timeout);
+    let peer = Some(dst);
+    id.resolve_addr(bind, dst, ms)?;
     expect(
-        &events,
+        events,
         ev::RDMA_CM_EVENT_ADDR_RESOLVED,
         peer,
         "resolving the address",
@@ -138,14 +138,53 @@ async fn connect_steps<R>(
     .await?;
     id.resolve_route(ms)?;
     expect(
-        &events,
+        events,
         ev::RDMA_CM_EVENT_ROUTE_RESOLVED,
         peer,
         "resolving the route",
     )
     .await?;
+    Ok(())
+}
 
-    let (resources, private_data) = build(&id)?;
+/// Connects to `addr` like `TcpStream::connect`: each resolved address in turn (each bounded by
+/// the connect timeout), returning the first connection or the last error. Per address it
+/// resolves, builds the queue pair with `build`, connects, and hands what `build` made and the
+/// established link to `finish`. `build` may return the private data to send (it can describe
+/// what it just registered); otherwise `params`' private data goes out.
+pub(crate) async fn connect<A, P, T>(
+    addr: A,
+    dial: &DialOptions,
+    params: &ConnParams,
+    build: impl Fn(&Arc<CmId>) -> io::Result<(P, Option<Vec<u8>>)>,
+    finish: impl Fn(P, CmLink) -> io::Result<T>,
+) -> io::Result<T>
+where
+    A: ToSocketAddrs,
+{
+    let (build, finish) = (&build, &finish);
+    connect_each(addr, dial.connect_timeout, |dst| async move {
+        let result = connect_one(dst, dial, params, build).await;
+        if let Err(e) = &result {
+            tracing::debug!(%dst, error = %e, "connect failed");
+        }
+        let (parts, link) = result?;
+        finish(parts, link)
+    })
+    .await
+}
+
+async fn connect_one<P>(
+    dst: SocketAddr,
+    dial: &DialOptions,
+    params: &ConnParams,
+    build: impl FnOnce(&Arc<CmId>) -> io::Result<(P, Option<Vec<u8>>)>,
+) -> io::Result<(P, CmLink)> {
+    let mut raw_params = params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+    let (id, events) = new_id(PortSpace::Tcp, &dial.id)?;
+    resolve_route(&id, &events, dial.bind, dst, dial.resolve_timeout).await?;
+
+    let (parts, private_data) = build(&id)?;
     if let Some(data) = private_data {
         raw_params = params
             .clone()
@@ -153,8 +192,53 @@ async fn connect_steps<R>(
             .to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
     }
     id.connect(&raw_params)?;
-    let established = expect(&events, ev::RDMA_CM_EVENT_ESTABLISHED, peer, "connecting").await?;
+    let established = expect(
+        &events,
+        ev::RDMA_CM_EVENT_ESTABLISHED,
+        Some(dst),
+        "connecting",
+    )
+    .await?;
     let link = CmLink::new(id, events, established.private_data, dst)?;
     tracing::debug!(parent: link.span(), "connected");
-    Ok((resources, link))
+    Ok((parts, link))
+}
+
+/// Accepts `request`: sets the id options that apply to an accepted id (the accepting type's
+/// `options`, falling back to the listener's, which the request carries), builds the queue pair
+/// with `build`, accepts with `params` (and `build`'s private data, if any), and hands what
+/// `build` made and the established link to `finish`.
+pub(crate) async fn accept<P, T>(
+    request: ConnectRequest,
+    options: &IdOptions,
+    params: &ConnParams,
+    build: impl FnOnce(&Arc<CmId>) -> io::Result<(P, Option<Vec<u8>>)>,
+    finish: impl FnOnce(P, CmLink) -> io::Result<T>,
+) -> io::Result<T> {
+    options
+        .or(request.listener_options())
+        .apply_to_accepted(request.id())?;
+    // Never promise more RDMA reads than the peer asked to issue or can serve.
+    let (peer_initiator_depth, peer_responder_resources) = request.peer_rdma_read_limits();
+    let params = params
+        .clone()
+        .responder_resources(params.get_responder_resources().min(peer_initiator_depth))
+        .initiator_depth(params.get_initiator_depth().min(peer_responder_resources));
+    let (parts, private_data) = build(request.id())?;
+    let params = match private_data {
+        Some(data) => params.private_data(data),
+        None => params,
+    };
+    let raw = params.to_raw(MAX_ACCEPT_PRIVATE_DATA, "accept")?;
+    let (id, events, peer_private_data, peer) = request.answer_accept(&raw)?;
+    expect(
+        &events,
+        ev::RDMA_CM_EVENT_ESTABLISHED,
+        Some(peer),
+        "accepting",
+    )
+    .await?;
+    let link = CmLink::new(id, events, peer_private_data, peer)?;
+    tracing::debug!(parent: link.span(), "accepted");
+    finish(parts, link)
 }

@@ -5,11 +5,16 @@ use std::io;
 
 use rdma_async_sys::_bindgen_ty_26 as opt;
 
-use crate::verbs::CmId;
+use crate::verbs::{CmId, PortSpace};
 
 /// Options set on an rdma_cm id before it binds (`rdma_set_option` at `RDMA_OPTION_ID`), for
-/// dialing (`id_options` on every connecting type's options) and listening
-/// ([`super::CmListener::bind_with`]). Unset options keep rdma_cm's defaults.
+/// dialing and accepting (`id_options` on every connection type's options), listening
+/// ([`super::CmListener::bind_with`], `RListener::bind_with`) and datagram sockets. Unset options
+/// keep rdma_cm's defaults.
+///
+/// On a listener, address reuse, IPv6-only and type of service apply to the listening id, and
+/// the ACK timeout to every connection it accepts (unless the accepting type's options set their
+/// own).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct IdOptions {
     tos: Option<u8>,
@@ -50,8 +55,19 @@ impl IdOptions {
         self
     }
 
-    /// Sets every option that is set on `id`, which must not be bound yet.
-    pub(crate) fn apply(&self, id: &CmId) -> io::Result<()> {
+    /// These options, with each unset one taken from `fallback`.
+    pub(crate) fn or(&self, fallback: &IdOptions) -> IdOptions {
+        IdOptions {
+            tos: self.tos.or(fallback.tos),
+            reuse_addr: self.reuse_addr.or(fallback.reuse_addr),
+            af_only: self.af_only.or(fallback.af_only),
+            ack_timeout: self.ack_timeout.or(fallback.ack_timeout),
+        }
+    }
+
+    /// Sets every option that is set on `id` of port space `ps`, which must not be bound yet.
+    /// A datagram id has no ACKs: the ACK timeout is left out there (rdma_cm refuses it).
+    pub(crate) fn apply(&self, id: &CmId, ps: PortSpace) -> io::Result<()> {
         let int = |on: bool| i32::from(on).to_ne_bytes();
         if let Some(on) = self.reuse_addr {
             id.set_option(opt::RDMA_OPTION_ID_REUSEADDR, &mut int(on))?;
@@ -62,12 +78,15 @@ impl IdOptions {
         if let Some(tos) = self.tos {
             id.set_option(opt::RDMA_OPTION_ID_TOS, &mut [tos])?;
         }
-        self.apply_after_bind(id)
+        match ps {
+            PortSpace::Tcp => self.apply_to_accepted(id),
+            PortSpace::Udp => Ok(()),
+        }
     }
 
-    /// Sets the options that also apply to an accepted id (the ACK timeout; the others come
-    /// from the listener).
-    pub(crate) fn apply_after_bind(&self, id: &CmId) -> io::Result<()> {
+    /// Sets the options that also apply to an accepted id (the ACK timeout; rdma_cm gives an
+    /// accepted id none of the listener's, and the others only matter before binding).
+    pub(crate) fn apply_to_accepted(&self, id: &CmId) -> io::Result<()> {
         if let Some(t) = self.ack_timeout {
             id.set_option(opt::RDMA_OPTION_ID_ACK_TIMEOUT, &mut [t])?;
         }

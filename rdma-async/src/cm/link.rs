@@ -87,6 +87,14 @@ impl CmLink {
         &self.peer_private_data
     }
 
+    /// The ACK timeout exponent rdma_cm gave the connection's queue pair.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn qp_ack_timeout(&self) -> io::Result<u8> {
+        self.id
+            .qp_ack_timeout()?
+            .ok_or_else(|| io::Error::other("the connection has no queue pair"))
+    }
+
     /// Reads every queued event into the state. Returns `WouldBlock` once the channel is empty.
     fn drain_events(&self, state: &mut LinkState) -> io::Result<()> {
         loop {

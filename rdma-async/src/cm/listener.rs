@@ -9,13 +9,14 @@ use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
 use super::events::CmEvents;
+use super::handshake;
 use super::id_options::IdOptions;
 use super::request::ConnectRequest;
-use super::resolve::resolve;
+use super::resolve::each_addr;
 use crate::verbs::{CmId, EventChannel, PortSpace};
 
 /// The backlog `bind` uses, as tokio's `TcpListener::bind`.
-const DEFAULT_BACKLOG: i32 = 1024;
+pub(crate) const DEFAULT_BACKLOG: i32 = 1024;
 
 /// An rdma_cm id listening for connection requests (`RDMA_PS_TCP`, the port space of rsockets).
 ///
@@ -28,6 +29,9 @@ pub struct CmListener {
     // The listening id: dropping it stops listening.
     _id: Arc<CmId>,
     local: SocketAddr,
+    /// The options the listening id was created with; those that apply to an accepted id (the
+    /// ACK timeout) reach every request's.
+    options: IdOptions,
     /// Reading a request and moving its id off the listener's channel is one step; concurrent
     /// acceptors take turns so no event of a half-moved id is read by another.
     accept_turn: tokio::sync::Mutex<()>,
@@ -64,9 +68,9 @@ impl CmListener {
         Self::bind_with(addr, backlog, &IdOptions::default()).await
     }
 
-    /// As [`Self::bind`], with the listen backlog and `rdma_set_option` options (address reuse,
-    /// IPv6-only, type of service; an ACK timeout is set on accepted ids by the accepting type's
-    /// options).
+    /// As [`Self::bind`], with the listen backlog and `rdma_set_option` options: address reuse,
+    /// IPv6-only and type of service are set on the listening id; the ACK timeout is set on every
+    /// accepted id whose accepting type's options do not set one.
     ///
     /// # Errors
     ///
@@ -80,22 +84,14 @@ impl CmListener {
         backlog: i32,
         options: &IdOptions,
     ) -> io::Result<Self> {
-        let mut last = None;
-        for addr in resolve(addr).await? {
-            match Self::bind_one(addr, backlog, options) {
-                Ok(listener) => return Ok(listener),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last
-            .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
+        each_addr(addr, |addr| {
+            std::future::ready(Self::bind_one(addr, backlog, options))
+        })
+        .await
     }
 
     fn bind_one(addr: SocketAddr, backlog: i32, options: &IdOptions) -> io::Result<Self> {
-        let channel = Arc::new(EventChannel::new()?);
-        let events = CmEvents::new(channel.clone())?;
-        let id = Arc::new(CmId::new(channel, PortSpace::Tcp)?);
-        options.apply(&id)?;
+        let (id, events) = handshake::new_id(PortSpace::Tcp, options)?;
         id.bind_addr(addr)?;
         id.listen(backlog)?;
         let local = id.local_addr()?;
@@ -105,6 +101,7 @@ impl CmListener {
             events,
             _id: id,
             local,
+            options: options.clone(),
             accept_turn: tokio::sync::Mutex::new(()),
             span,
         })
@@ -146,7 +143,13 @@ impl CmListener {
                     let channel = Arc::new(EventChannel::new()?);
                     let events = CmEvents::new(channel.clone())?;
                     let id = Arc::new(CmId::from_incoming(incoming, channel)?);
-                    return ConnectRequest::new(id, events, event, self.local);
+                    return ConnectRequest::new(
+                        id,
+                        events,
+                        event,
+                        self.local,
+                        self.options.clone(),
+                    );
                 }
                 ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
                     tracing::error!("the RDMA device of the listener was removed");

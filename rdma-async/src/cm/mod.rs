@@ -21,7 +21,7 @@ mod events;
 pub(crate) mod handshake;
 mod id_options;
 pub(crate) mod link;
-mod listener;
+pub(crate) mod listener;
 mod params;
 mod request;
 pub(crate) mod resolve;

@@ -4,14 +4,11 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use rdma_async_sys::rdma_cm_event_type as ev;
-
 use super::events::CmEvents;
-use super::handshake::expect;
-use super::link::CmLink;
-use super::params::{ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA};
+use super::id_options::IdOptions;
+use super::params::MAX_REJECT_PRIVATE_DATA;
 use crate::error;
-use crate::verbs::{CmEvent, CmId};
+use crate::verbs::{CmEvent, CmId, RawConnParam};
 
 /// A peer's connection request: accept it into a connection type, or reject it.
 ///
@@ -25,6 +22,7 @@ pub struct ConnectRequest {
     local: SocketAddr,
     peer_initiator_depth: u8,
     peer_responder_resources: u8,
+    listener_options: IdOptions,
     answered: bool,
 }
 
@@ -34,6 +32,7 @@ impl ConnectRequest {
         events: CmEvents,
         event: CmEvent,
         listener_addr: SocketAddr,
+        listener_options: IdOptions,
     ) -> io::Result<Self> {
         let peer = id.peer_addr()?;
         let local = id.local_addr().unwrap_or(listener_addr);
@@ -46,6 +45,7 @@ impl ConnectRequest {
             local,
             peer_initiator_depth: event.initiator_depth,
             peer_responder_resources: event.responder_resources,
+            listener_options,
             answered: false,
         })
     }
@@ -85,54 +85,38 @@ impl ConnectRequest {
         self.id.reject(private_data)
     }
 
-    /// Accepts with `params` once `build` created the queue pair; returns when established.
-    pub(crate) async fn accept_with<R>(
+    /// The listener's id options, which apply to the accepted id where the accepting type's do
+    /// not set them.
+    pub(super) fn listener_options(&self) -> &IdOptions {
+        &self.listener_options
+    }
+
+    /// The request's id, to create the queue pair on.
+    pub(super) fn id(&self) -> &Arc<CmId> {
+        &self.id
+    }
+
+    /// The RDMA reads the peer asked to issue (its initiator depth) and to serve (its responder
+    /// resources).
+    pub(super) fn peer_rdma_read_limits(&self) -> (u8, u8) {
+        (self.peer_initiator_depth, self.peer_responder_resources)
+    }
+
+    /// Sends the accept; returns what the established connection keeps: the id, its events, the
+    /// peer's private data and address.
+    pub(super) fn answer_accept(
         mut self,
-        params: &ConnParams,
-        build: impl FnOnce(&Arc<CmId>) -> io::Result<(R, Option<Vec<u8>>)>,
-    ) -> io::Result<(R, CmLink)> {
-        // Never promise more RDMA reads than the peer asked to issue or can serve.
-        let params = params
-            .clone()
-            .responder_resources(params_min(params, self.peer_initiator_depth, true))
-            .initiator_depth(params_min(params, self.peer_responder_resources, false));
-        let (resources, private_data) = build(&self.id)?;
-        let params = match private_data {
-            Some(data) => params.private_data(data),
-            None => params,
-        };
-        let raw = params.to_raw(MAX_ACCEPT_PRIVATE_DATA, "accept")?;
+        params: &RawConnParam,
+    ) -> io::Result<(Arc<CmId>, CmEvents, Vec<u8>, SocketAddr)> {
         self.answered = true;
-        self.id.accept(&raw)?;
-        let peer = Some(self.peer);
-        expect(
-            self.events
-                .as_ref()
-                .ok_or_else(|| error::invalid_input("request already used"))?,
-            ev::RDMA_CM_EVENT_ESTABLISHED,
-            peer,
-            "accepting",
-        )
-        .await?;
-        let private_data = std::mem::take(&mut self.private_data);
+        self.id.accept(params)?;
         let events = self
             .events
             .take()
             .ok_or_else(|| error::invalid_input("request already used"))?;
-        let link = CmLink::new(self.id.clone(), events, private_data, self.peer)?;
-        tracing::debug!(parent: link.span(), "accepted");
-        Ok((resources, link))
+        let private_data = std::mem::take(&mut self.private_data);
+        Ok((self.id.clone(), events, private_data, self.peer))
     }
-}
-
-/// Our value for a resource count, capped by what the peer offered.
-fn params_min(params: &ConnParams, peer: u8, responder: bool) -> u8 {
-    let ours = if responder {
-        params.get_responder_resources()
-    } else {
-        params.get_initiator_depth()
-    };
-    ours.min(peer)
 }
 
 impl Drop for ConnectRequest {

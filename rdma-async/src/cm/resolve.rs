@@ -23,8 +23,26 @@ pub(crate) async fn resolve<A: ToSocketAddrs>(addr: A) -> io::Result<Vec<SocketA
     Ok(addrs)
 }
 
-/// Resolves `addr` and tries `attempt` on each address in turn, each bounded by `limit`;
-/// returns the first success or the last error, like `TcpStream::connect`.
+/// Resolves `addr` and tries `attempt` on each address in turn; returns the first success or
+/// the last error, like `TcpStream::connect` and `TcpListener::bind`.
+pub(crate) async fn each_addr<A, T, F, Fut>(addr: A, mut attempt: F) -> io::Result<T>
+where
+    A: ToSocketAddrs,
+    F: FnMut(SocketAddr) -> Fut,
+    Fut: Future<Output = io::Result<T>>,
+{
+    let mut last = None;
+    for addr in resolve(addr).await? {
+        match attempt(addr).await {
+            Ok(value) => return Ok(value),
+            Err(e) => last = Some(e),
+        }
+    }
+    // `resolve` never returns an empty list; this only keeps the function total.
+    Err(last.unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to try")))
+}
+
+/// As [`each_addr`], each attempt bounded by `limit`.
 pub(crate) async fn connect_each<A, T, F, Fut>(
     addr: A,
     limit: Option<Duration>,
@@ -35,24 +53,21 @@ where
     F: FnMut(SocketAddr) -> Fut,
     Fut: Future<Output = io::Result<T>>,
 {
-    let mut last = None;
-    for dst in resolve(addr).await? {
-        let result = match limit {
-            Some(limit) => tokio::time::timeout(limit, attempt(dst))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        format!("connecting to {dst} timed out after {limit:?}"),
-                    ))
-                }),
-            None => attempt(dst).await,
-        };
-        match result {
-            Ok(value) => return Ok(value),
-            Err(e) => last = Some(e),
+    each_addr(addr, |dst| {
+        let attempt = attempt(dst);
+        async move {
+            match limit {
+                Some(limit) => tokio::time::timeout(limit, attempt)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!("connecting to {dst} timed out after {limit:?}"),
+                        ))
+                    }),
+                None => attempt.await,
+            }
         }
-    }
-    Err(last
-        .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to connect to")))
+    })
+    .await
 }

@@ -15,7 +15,7 @@ use rdma_async_sys::rdma_cm_event_type as ev;
 
 use super::peers::Route;
 use super::sidr::{expect, resolve_addr, udp_id};
-use crate::cm::CmEvents;
+use crate::cm::{CmEvents, IdOptions};
 use crate::error;
 use crate::verbs::{AddressHandle, CmId, ProtectionDomain, UdQueuePair};
 
@@ -35,6 +35,7 @@ pub(crate) async fn join(
     local: IpAddr,
     group: IpAddr,
     timeout: Duration,
+    options: &IdOptions,
     pd: &Arc<ProtectionDomain>,
     qp: &UdQueuePair,
 ) -> io::Result<Membership> {
@@ -49,7 +50,7 @@ pub(crate) async fn join(
         )));
     }
     let group = SocketAddr::new(group, 0);
-    let (id, events) = udp_id()?;
+    let (id, events) = udp_id(options)?;
     resolve_addr(&id, &events, local, group, timeout).await?;
     id.join_multicast(group)?;
     let event = expect(&events, ev::RDMA_CM_EVENT_MULTICAST_JOIN, group, "joining").await?;

@@ -3,6 +3,7 @@
 use std::io;
 use std::time::Duration;
 
+use crate::cm::IdOptions;
 use crate::error;
 
 /// Options for [`RDatagram::bind_with`](super::RDatagram::bind_with).
@@ -16,6 +17,7 @@ pub struct RDatagramOptions {
     pub(crate) max_datagram: Option<usize>,
     pub(crate) resolve_timeout: Duration,
     pub(crate) busy_poll: Duration,
+    pub(crate) id: IdOptions,
 }
 
 impl Default for RDatagramOptions {
@@ -26,6 +28,7 @@ impl Default for RDatagramOptions {
             max_datagram: None,
             resolve_timeout: Duration::from_secs(2),
             busy_poll: Duration::from_micros(10),
+            id: IdOptions::default(),
         }
     }
 }
@@ -66,6 +69,14 @@ impl RDatagramOptions {
     /// How long an empty completion queue is polled before the task sleeps.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
+        self
+    }
+
+    /// `rdma_set_option` options of the socket's rdma_cm ids: the bound one (address reuse)
+    /// and those that resolve its peers and join its groups (type of service, which the routes
+    /// to them carry). The ACK timeout does not apply to datagrams.
+    pub fn id_options(mut self, options: IdOptions) -> Self {
+        self.id = options;
         self
     }
 

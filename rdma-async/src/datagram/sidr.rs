@@ -10,20 +10,13 @@ use rdma_async_sys::rdma_cm_event_type as ev;
 
 use super::hello::Hello;
 use crate::cm::handshake;
-use crate::cm::{CmError, CmEvents};
+use crate::cm::{CmError, CmEvents, IdOptions};
 use crate::error;
-use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace, RawConnParam, UdParam};
+use crate::verbs::{CmEvent, CmId, PortSpace, RawConnParam, UdParam};
 
-/// A fresh UDP id on its own event channel.
-pub(crate) fn udp_id() -> io::Result<(Arc<CmId>, CmEvents)> {
-    let channel = Arc::new(EventChannel::new()?);
-    let events = CmEvents::new(channel.clone())?;
-    let id = Arc::new(CmId::new(channel, PortSpace::Udp)?);
-    Ok((id, events))
-}
-
-pub(crate) fn timeout_ms(d: Duration) -> i32 {
-    i32::try_from(d.as_millis()).unwrap_or(i32::MAX).max(1)
+/// A fresh UDP id on its own event channel, with the socket's id options.
+pub(crate) fn udp_id(options: &IdOptions) -> io::Result<(Arc<CmId>, CmEvents)> {
+    handshake::new_id(PortSpace::Udp, options)
 }
 
 /// Waits for `wanted` as a connection step does ([`crate::cm`]'s error kinds), except that a
@@ -75,7 +68,11 @@ pub(crate) async fn resolve_addr(
     dst: SocketAddr,
     timeout: Duration,
 ) -> io::Result<()> {
-    id.resolve_addr(Some(SocketAddr::new(local, 0)), dst, timeout_ms(timeout))?;
+    id.resolve_addr(
+        Some(SocketAddr::new(local, 0)),
+        dst,
+        handshake::timeout_ms(timeout),
+    )?;
     expect(
         events,
         ev::RDMA_CM_EVENT_ADDR_RESOLVED,
@@ -92,6 +89,7 @@ pub(crate) async fn resolve_peer(
     local: IpAddr,
     dst: SocketAddr,
     timeout: Duration,
+    options: &IdOptions,
     hello: Hello,
 ) -> io::Result<(UdParam, Option<Hello>)> {
     if local.is_ipv4() != dst.is_ipv4() {
@@ -99,16 +97,11 @@ pub(crate) async fn resolve_peer(
             "cannot send from {local} to {dst}: the address families differ"
         )));
     }
-    let (id, events) = udp_id()?;
-    resolve_addr(&id, &events, local, dst, timeout).await?;
-    id.resolve_route(timeout_ms(timeout))?;
-    expect(
-        &events,
-        ev::RDMA_CM_EVENT_ROUTE_RESOLVED,
-        dst,
-        "resolving the route",
-    )
-    .await?;
+    let (id, events) = udp_id(options)?;
+    let bind = Some(SocketAddr::new(local, 0));
+    handshake::resolve_route(&id, &events, bind, dst, timeout)
+        .await
+        .map_err(|e| sidr_error(e, dst))?;
     id.connect(&RawConnParam {
         private_data: hello.encode().to_vec(),
         ..RawConnParam::default()

@@ -17,11 +17,12 @@ use super::peers::Route;
 use super::responder::{Shared, answer_requests};
 use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
-use crate::cm::resolve::resolve;
+use crate::cm::IdOptions;
+use crate::cm::resolve::{each_addr, resolve};
 use crate::error;
 use crate::reactor::{AsyncCq, SlotQueue, Slots};
 use crate::verbs::{
-    AddressHandle, GRH_LEN, ProtectionDomain, UdCaps, UdQueuePair, UdSend, WcStatus,
+    AddressHandle, GRH_LEN, ProtectionDomain, UdCaps, UdParam, UdQueuePair, UdSend, WcStatus,
     WorkCompletion, port_mtu,
 };
 
@@ -76,6 +77,8 @@ pub struct RDatagram {
     slot_len: usize,
     recv_depth: usize,
     resolve_timeout: Duration,
+    /// The options of every id the socket creates (to resolve peers, to join groups).
+    id_options: IdOptions,
     responder: tokio::task::AbortHandle,
 }
 
@@ -116,15 +119,10 @@ impl RDatagram {
         addr: A,
         options: RDatagramOptions,
     ) -> io::Result<RDatagram> {
-        let mut last = None;
-        for addr in resolve(addr).await? {
-            match Self::bind_one(addr, &options) {
-                Ok(socket) => return Ok(socket),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last
-            .unwrap_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "no address to bind")))
+        each_addr(addr, |addr| {
+            std::future::ready(Self::bind_one(addr, &options))
+        })
+        .await
     }
 
     fn bind_one(addr: SocketAddr, opts: &RDatagramOptions) -> io::Result<RDatagram> {
@@ -134,7 +132,7 @@ impl RDatagram {
                  device (a wildcard address picks no device for the queue pair)"
             )));
         }
-        let (id, events) = udp_id()?;
+        let (id, events) = udp_id(&opts.id)?;
         id.bind_addr(addr)?;
         let local = id.local_addr()?;
         let max_datagram = opts.datagram_limit(port_mtu(&id)?)?;
@@ -190,6 +188,7 @@ impl RDatagram {
             slot_len,
             recv_depth,
             resolve_timeout: opts.resolve_timeout,
+            id_options: opts.id.clone(),
             responder,
         })
     }
@@ -304,17 +303,12 @@ impl RDatagram {
     ///
     /// Cancel safe: the peer is set only when this returns `Ok`.
     pub async fn connect<A: ToSocketAddrs>(&self, addr: A) -> io::Result<()> {
-        let mut last = None;
-        for addr in resolve(addr).await? {
-            match self.route_to(addr).await {
-                Ok(_) => {
-                    *lock(&self.peer) = Some(addr);
-                    return Ok(());
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.unwrap_or_else(|| error::invalid_input("no address to connect to")))
+        each_addr(addr, |addr| async move {
+            self.route_to(addr).await?;
+            *lock(&self.peer) = Some(addr);
+            Ok(())
+        })
+        .await
     }
 
     /// Sends to the connected peer.
@@ -467,6 +461,7 @@ impl RDatagram {
             self.local.ip(),
             group,
             self.resolve_timeout,
+            &self.id_options,
             &self.pd,
             &self.qp,
         )
@@ -520,6 +515,23 @@ impl RDatagram {
             })
     }
 
+    /// Test hook: resolves `target` as a first datagram to it does, and returns the traffic
+    /// class of the route rdma_cm reports (the type of service of the socket's id options).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send_to`]'s resolution.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn __resolve_traffic_class(&self, target: SocketAddr) -> io::Result<u8> {
+        let (ud, _) = self.ask_peer(target).await?;
+        Ok(ud.ah_attr.traffic_class())
+    }
+
     /// The route to `target`: cached, or resolved once by whichever sender asks first.
     async fn route_to(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
         if target.ip().is_multicast() {
@@ -531,14 +543,20 @@ impl RDatagram {
             .cloned()
     }
 
-    async fn resolve_route(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
-        let (ud, peer_hello) = resolve_peer(
+    /// The SIDR exchange with `target`, from this socket's address and with its id options.
+    async fn ask_peer(&self, target: SocketAddr) -> io::Result<(UdParam, Option<Hello>)> {
+        resolve_peer(
             self.local.ip(),
             target,
             self.resolve_timeout,
+            &self.id_options,
             self.shared.hello,
         )
-        .await?;
+        .await
+    }
+
+    async fn resolve_route(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
+        let (ud, peer_hello) = self.ask_peer(target).await?;
         let ah = AddressHandle::new(self.pd.clone(), &ud.ah_attr)?;
         match peer_hello {
             // The peer numbers its datagrams to us from now on (it learned us from our request).

@@ -15,7 +15,6 @@ use tokio::net::ToSocketAddrs;
 use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
-use crate::cm::resolve::connect_each;
 use crate::error::{self, wc_error};
 use crate::reactor::{AsyncCq, SlotQueue, Slots};
 use crate::verbs::{
@@ -140,18 +139,14 @@ impl Endpoint {
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {
         options.check()?;
-        connect_each(addr, options.dial.connect_timeout, |dst| {
-            Self::connect_one(dst, options)
-        })
+        handshake::connect(
+            addr,
+            &options.dial,
+            &options.params,
+            |id| Ok((build(id, options)?, None)),
+            |parts, link| Self::assemble(parts, link, options),
+        )
         .await
-    }
-
-    async fn connect_one(dst: SocketAddr, options: &EndpointOptions) -> io::Result<Endpoint> {
-        let (parts, link) = handshake::connect(dst, &options.dial, &options.params, |id| {
-            Ok((build(id, options)?, None))
-        })
-        .await?;
-        Self::assemble(parts, link, options)
     }
 
     /// Accepts `request` and returns once the connection is established.
@@ -169,10 +164,14 @@ impl Endpoint {
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {
         options.check()?;
-        let (parts, link) = request
-            .accept_with(&options.params, |id| Ok((build(id, options)?, None)))
-            .await?;
-        Self::assemble(parts, link, options)
+        handshake::accept(
+            request,
+            &options.dial.id,
+            &options.params,
+            |id| Ok((build(id, options)?, None)),
+            |parts, link| Self::assemble(parts, link, options),
+        )
+        .await
     }
 
     fn assemble(
@@ -215,6 +214,18 @@ impl Endpoint {
     /// The local queue pair number.
     pub fn qp_num(&self) -> u32 {
         self.qp.qp_num()
+    }
+
+    /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
+    /// id option reached it.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_query_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __ack_timeout(&self) -> io::Result<u8> {
+        self.link.qp_ack_timeout()
     }
 
     /// Sends one message. Returns once it is handed to the device (like a socket write); waits

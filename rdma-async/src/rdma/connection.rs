@@ -18,7 +18,6 @@ use super::remote::RemoteSlice;
 use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
-use crate::cm::resolve::connect_each;
 use crate::error::{self, completion_error, wc_error};
 use crate::reactor::AsyncCq;
 use crate::verbs::{
@@ -236,13 +235,13 @@ impl RdmaConnection {
     /// Cancel safe: dropping the future releases the half-built connection.
     pub async fn connect<A: ToSocketAddrs>(addr: A, options: &RdmaOptions) -> io::Result<Self> {
         options.check()?;
-        connect_each(addr, options.dial.connect_timeout, |dst| async move {
-            let (parts, link) = handshake::connect(dst, &options.dial, &options.params, |id| {
-                Ok((build(id, options)?, None))
-            })
-            .await?;
-            Ok(Self::assemble(parts, link, options))
-        })
+        handshake::connect(
+            addr,
+            &options.dial,
+            &options.params,
+            |id| Ok((build(id, options)?, None)),
+            |parts, link| Ok(Self::assemble(parts, link, options)),
+        )
         .await
     }
 
@@ -258,13 +257,14 @@ impl RdmaConnection {
     /// Cancel safe: dropping the future releases everything created for the connection.
     pub async fn accept(request: ConnectRequest, options: &RdmaOptions) -> io::Result<Self> {
         options.check()?;
-        let (parts, link) = request
-            .accept_with(&options.params, |id| {
-                options.dial.id.apply_after_bind(id)?;
-                Ok((build(id, options)?, None))
-            })
-            .await?;
-        Ok(Self::assemble(parts, link, options))
+        handshake::accept(
+            request,
+            &options.dial.id,
+            &options.params,
+            |id| Ok((build(id, options)?, None)),
+            |parts, link| Ok(Self::assemble(parts, link, options)),
+        )
+        .await
     }
 
     fn assemble(parts: ConnParts, link: CmLink, options: &RdmaOptions) -> Self {
@@ -301,6 +301,18 @@ impl RdmaConnection {
     /// The local queue pair number.
     pub fn qp_num(&self) -> u32 {
         self.shared.qp.qp_num()
+    }
+
+    /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
+    /// id option reached it.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_query_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __ack_timeout(&self) -> io::Result<u8> {
+        self.shared.link.qp_ack_timeout()
     }
 
     /// The name of the RDMA device the connection runs on (picked by the route to the peer or

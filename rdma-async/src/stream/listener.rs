@@ -16,6 +16,7 @@ use tracing::Instrument;
 use super::options::RStreamOptions;
 use super::rstream::RStream;
 use crate::cm::CmListener;
+use crate::cm::listener::DEFAULT_BACKLOG;
 
 /// How many handshakes may be in progress at once; further requests wait in rdma_cm's backlog.
 const MAX_HANDSHAKES: usize = 64;
@@ -52,18 +53,20 @@ impl RListener {
         Self::bind_with(addr, RStreamOptions::default()).await
     }
 
-    /// Binds to `addr` and listens; accepted streams use `options`.
+    /// Binds to `addr` and listens; accepted streams use `options`. Their `id_options` apply as
+    /// on [`CmListener::bind_with`]: address reuse, IPv6-only and type of service to the listening
+    /// id, the ACK timeout to every accepted stream.
     ///
     /// # Errors
     ///
-    /// As [`CmListener::bind`].
+    /// As [`CmListener::bind_with`].
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn bind_with<A: ToSocketAddrs>(addr: A, options: RStreamOptions) -> io::Result<Self> {
         Ok(RListener {
-            cm: Arc::new(CmListener::bind(addr).await?),
+            cm: Arc::new(CmListener::bind_with(addr, DEFAULT_BACKLOG, &options.dial.id).await?),
             options,
             handshakes: Mutex::new(JoinSet::new()),
         })

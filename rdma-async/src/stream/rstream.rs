@@ -16,7 +16,7 @@ use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
 use super::stream_core::{self, StreamCore};
 use crate::cm::handshake;
-use crate::cm::resolve::connect_each;
+use crate::cm::link::CmLink;
 use crate::cm::{ConnParams, ConnectRequest};
 
 /// How long a dropped stream keeps its resources so that data written before the drop still
@@ -187,20 +187,21 @@ impl RStream {
         addr: A,
         options: &RStreamOptions,
     ) -> io::Result<RStream> {
-        connect_each(addr, options.dial.connect_timeout, |dst| {
-            Self::connect_one(dst, options)
-        })
+        handshake::connect(
+            addr,
+            &options.dial,
+            &rsocket_params(),
+            |id| stream_core::build(id, options),
+            |mut parts, link| {
+                stream_core::apply_peer_conn_data(
+                    &mut parts,
+                    link.peer_private_data(),
+                    link.peer_addr(),
+                )?;
+                Self::assemble(parts, link, options)
+            },
+        )
         .await
-    }
-
-    async fn connect_one(dst: SocketAddr, options: &RStreamOptions) -> io::Result<RStream> {
-        let (mut parts, link) = handshake::connect(dst, &options.dial, &rsocket_params(), |id| {
-            stream_core::build(id, options)
-        })
-        .await?;
-        stream_core::apply_peer_conn_data(&mut parts, link.peer_private_data(), dst)?;
-        let core = StreamCore::new(parts, link)?;
-        Ok(RStream::from_core(core, options))
     }
 
     /// Accepts a connection request as a stream.
@@ -223,25 +224,34 @@ impl RStream {
                 format!("{peer} sent invalid rsockets connection data (rejected): {e}"),
             ));
         }
-        let (parts, link) = request
-            .accept_with(&rsocket_params(), |id| {
+        // The peer's rings are known from its request: applying them before accepting rejects a
+        // request whose connection data does not fit.
+        handshake::accept(
+            request,
+            &options.dial.id,
+            &rsocket_params(),
+            |id| {
                 let (mut parts, data) = stream_core::build(id, options)?;
                 stream_core::apply_peer_conn_data(&mut parts, &peer_data, peer)?;
                 Ok((parts, data))
-            })
-            .await?;
-        let core = StreamCore::new(parts, link)?;
-        Ok(RStream::from_core(core, options))
+            },
+            |parts, link| Self::assemble(parts, link, options),
+        )
+        .await
     }
 
-    fn from_core(core: StreamCore, options: &RStreamOptions) -> RStream {
-        let core = Arc::new(core);
+    fn assemble(
+        parts: stream_core::StreamParts,
+        link: CmLink,
+        options: &RStreamOptions,
+    ) -> io::Result<RStream> {
+        let core = Arc::new(StreamCore::new(parts, link)?);
         if let Some(interval) = options.keepalive {
             spawn_keepalive(Arc::downgrade(&core), interval, core.link().span().clone());
         }
-        RStream {
+        Ok(RStream {
             inner: Arc::new(Inner { core }),
-        }
+        })
     }
 
     pub(super) fn from_inner(inner: Arc<Inner>) -> RStream {
@@ -363,6 +373,18 @@ impl RStream {
     #[doc(hidden)]
     pub fn __send_raw_immediate(&self, imm: u32) -> io::Result<()> {
         self.inner.core().send_raw_immediate(imm)
+    }
+
+    /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
+    /// id option reached it.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_query_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __ack_timeout(&self) -> io::Result<u8> {
+        self.inner.core().link().qp_ack_timeout()
     }
 
     /// What the stream did on the device so far (work requests, completions, bytes).

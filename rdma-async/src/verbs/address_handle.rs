@@ -25,6 +25,12 @@ impl AhAttr {
         unsafe { self.0.grh.dgid.raw }
     }
 
+    /// The traffic class of the global route header (on RoCE, the id's type of service).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn traffic_class(&self) -> u8 {
+        self.0.grh.traffic_class
+    }
+
     /// The destination LID (InfiniBand; zero on RoCE).
     pub(crate) fn dlid(&self) -> u16 {
         self.0.dlid

@@ -18,6 +18,8 @@ mod in_flight;
 mod memory;
 mod multicast;
 mod protection_domain;
+#[cfg(feature = "test-hooks")]
+mod qp_attr;
 mod queue_pair;
 mod shared_recv_queue;
 mod sockaddr;
