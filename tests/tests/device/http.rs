@@ -20,26 +20,14 @@ use hyper::service::service_fn;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rdma_async::integration::hyper::RConnector;
-use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::{guard, test_ip};
+use rdma_async::stream::RStream;
+use rdma_async_tests::data::pattern;
+use rdma_async_tests::{guard, rlistener};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Barrier, mpsc};
 
 /// Size of the large request and response bodies.
 const BIG: usize = 16 << 20;
-
-/// Deterministic, position-dependent bytes, so misplaced data is caught.
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8)
-        .collect()
-}
-
-async fn rlistener() -> RListener {
-    RListener::bind(SocketAddr::new(test_ip(), 0))
-        .await
-        .expect("bind RListener")
-}
 
 /// What the test server's handler needs.
 struct State {
