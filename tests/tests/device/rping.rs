@@ -1,6 +1,7 @@
 //! `examples/rping` against librdmacm's C `rping`, both directions, with payload verification.
-//! The example's code is compiled into this test (`#[path]`) and run in-process. Both sides use
-//! the same `-S`: C rping reads and writes the advertised length into its own `-S` buffer.
+//! The example's code is compiled into the device binary (`#[path]` in `main.rs`) and run
+//! in-process. Both sides use the same `-S`: C rping reads and writes the advertised length into
+//! its own `-S` buffer.
 
 use rdma_async_tests::{
     argv, connect_when_listening, finish_tool, guard, listener, spawn_tool, test_ip,
