@@ -3,33 +3,22 @@
 //! is cut off part-way. One test in its own binary: it counts every RDMA resource this process
 //! owns.
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::Duration;
 
-use rdma_async::datagram::RDatagram;
-use rdma_async_tests::{LEAK_KINDS, guard, leak_counts, rdma_resources, test_ip};
+use rdma_async_tests::{assert_no_rdma_resources, datagram, guard, rdma_resources, test_ip};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_sockets_and_cut_resolutions_leak_nothing() {
-    assert_eq!(
-        leak_counts(),
-        vec![0; LEAK_KINDS.len()],
-        "the test starts with none"
-    );
+    assert_no_rdma_resources("the test starts with none");
     let group: IpAddr = "239.77.1.1".parse().unwrap();
-    let a = RDatagram::bind(SocketAddr::new(test_ip(), 0))
-        .await
-        .unwrap();
-    let b = RDatagram::bind(SocketAddr::new(test_ip(), 0))
-        .await
-        .unwrap();
+    let a = datagram(test_ip()).await;
+    let b = datagram(test_ip()).await;
     let b_addr = b.local_addr().unwrap();
     // Cut resolutions of new peers and joins off at many points.
     for round in 0..30u64 {
         let cut = Duration::from_micros(round * round * 40);
-        let peer = RDatagram::bind(SocketAddr::new(test_ip(), 0))
-            .await
-            .unwrap();
+        let peer = datagram(test_ip()).await;
         let to = peer.local_addr().unwrap();
         let _ = tokio::time::timeout(cut, a.send_to(b"cut", to)).await;
         let _ = tokio::time::timeout(cut, peer.join_multicast(group)).await;
@@ -53,9 +42,5 @@ async fn dropped_sockets_and_cut_resolutions_leak_nothing() {
         "the counter sees the queue pairs"
     );
     drop((a, b));
-    assert_eq!(
-        leak_counts(),
-        vec![0; LEAK_KINDS.len()],
-        "every resource is gone ({LEAK_KINDS:?})"
-    );
+    assert_no_rdma_resources("every resource is gone");
 }

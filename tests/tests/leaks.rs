@@ -4,16 +4,11 @@
 use std::time::Duration;
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::{LEAK_KINDS, guard, leak_counts, listener, rdma_resources};
+use rdma_async_tests::{assert_no_rdma_resources, guard, listener, rdma_resources};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connect_and_accept_futures_leak_nothing() {
-    let before = leak_counts();
-    assert_eq!(
-        before,
-        vec![0; LEAK_KINDS.len()],
-        "the test starts with no RDMA resources"
-    );
+    assert_no_rdma_resources("the test starts with no RDMA resources");
     let listener = listener().await;
     let addr = listener.local_addr();
     assert!(
@@ -67,9 +62,5 @@ async fn dropped_connect_and_accept_futures_leak_nothing() {
     drop((server, client));
     drop(listener);
     // Requests the cut-off rounds left queued die with the listener; everything is gone.
-    assert_eq!(
-        leak_counts(),
-        before,
-        "cm_id, qp, mr, cq owned by this process after the drops"
-    );
+    assert_no_rdma_resources("after the drops");
 }

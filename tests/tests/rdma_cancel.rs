@@ -7,7 +7,7 @@ use std::future::Future;
 use std::task::Poll;
 
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteSlice};
-use rdma_async_tests::{LEAK_KINDS, guard, leak_counts, rdma_pair, rdma_resources};
+use rdma_async_tests::{assert_no_rdma_resources, guard, rdma_pair, rdma_resources};
 
 const ROUNDS: usize = 2000;
 const SLOTS: u32 = 8;
@@ -51,11 +51,7 @@ async fn read_slot(client: &RdmaConnection, remote: RemoteSlice) -> u8 {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_operations_never_corrupt_memory_and_leak_nothing() {
-    assert_eq!(
-        leak_counts(),
-        vec![0; LEAK_KINDS.len()],
-        "the test starts with no RDMA resources"
-    );
+    assert_no_rdma_resources("the test starts with no RDMA resources");
     let opts = RdmaOptions::new().send_depth(8).recv_depth(8);
     let (server, client) = rdma_pair(&opts).await;
     let target = server
@@ -180,9 +176,5 @@ async fn dropped_operations_never_corrupt_memory_and_leak_nothing() {
     drop(target);
     guard("close server", server.close()).await;
     guard("close client", client.close()).await;
-    assert_eq!(
-        leak_counts(),
-        vec![0; LEAK_KINDS.len()],
-        "every resource was released"
-    );
+    assert_no_rdma_resources("every resource was released");
 }

@@ -2,12 +2,11 @@
 //! pair number) and events for listen, connect, accept, reject and disconnect.
 
 use std::io::Write;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::{guard, test_ip};
+use rdma_async::stream::RStream;
+use rdma_async_tests::{guard, rlistener, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Everything the subscriber printed.
@@ -71,9 +70,7 @@ async fn connection_lifecycle_is_traced_in_spans() {
         .with_writer(move || writer.clone())
         .init();
 
-    let listener = RListener::bind(SocketAddr::new(test_ip(), 0))
-        .await
-        .expect("bind");
+    let listener = rlistener().await;
     let server_addr = listener.local_addr().unwrap();
     let (client, accepted) = guard("connect and accept", async {
         tokio::join!(RStream::connect(server_addr), listener.accept())

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use rdma_async::cm::{CmError, ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::{err_kind, guard, listener, test_ip, test_ip6};
+use rdma_async_tests::pairs::endpoint_pair_on;
+use rdma_async_tests::{endpoint_pair, err_kind, guard, listener, test_addr, test_addr6, test_ip};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_accept_echo() {
@@ -42,24 +43,16 @@ async fn connect_accept_echo() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_connect_and_echo() {
-    let listener = rdma_async::cm::CmListener::bind(SocketAddr::new(test_ip6(), 0))
+    let listener = rdma_async::cm::CmListener::bind(test_addr6(0))
         .await
         .unwrap();
-    let addr = listener.local_addr();
-    assert!(addr.is_ipv6());
+    assert!(listener.local_addr().is_ipv6());
+    let (ep, client) = endpoint_pair_on(&listener, &EndpointOptions::new()).await;
     let server = tokio::spawn(async move {
-        let ep =
-            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
         let msg = ep.recv().await?;
         ep.send(&msg).await?;
         ep.closed().await
     });
-    let client = guard(
-        "connect v6",
-        Endpoint::connect(addr, &EndpointOptions::new()),
-    )
-    .await
-    .unwrap();
     client.send(b"over ipv6").await.unwrap();
     assert_eq!(
         &guard("echo", client.recv()).await.unwrap()[..],
@@ -190,8 +183,7 @@ async fn rejection_carries_private_data() {
 #[rdma_async::test]
 async fn nothing_listening_is_connection_refused() {
     // Bind and drop a listener to find a port where nothing listens now.
-    let port = listener().await.local_addr().port();
-    let addr = SocketAddr::new(test_ip(), port);
+    let addr = test_addr(listener().await.local_addr().port());
     let err = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
         .await
         .unwrap_err();
@@ -261,19 +253,13 @@ async fn unresolvable_name_is_a_clear_error() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peer_disconnect_is_seen_after_its_messages() {
-    let listener = listener().await;
-    let addr = listener.local_addr();
+    let (ep, client) = endpoint_pair(&EndpointOptions::new()).await;
     let server = tokio::spawn(async move {
-        let ep =
-            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
         for i in 0..3u8 {
             ep.send(&[i; 100]).await?;
         }
         ep.disconnect().await
     });
-    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
-        .await
-        .unwrap();
     for i in 0..3u8 {
         assert_eq!(
             &guard("recv", client.recv()).await.unwrap()[..],
@@ -290,37 +276,20 @@ async fn peer_disconnect_is_seen_after_its_messages() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_peer_is_seen_as_disconnect() {
-    let listener = listener().await;
-    let addr = listener.local_addr();
-    let server = tokio::spawn(async move {
-        let ep =
-            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
-        drop(ep);
-        io::Result::Ok(())
-    });
-    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
-        .await
-        .unwrap();
-    guard("server", server).await.unwrap().unwrap();
+    let (server, client) = endpoint_pair(&EndpointOptions::new()).await;
+    drop(server);
     let (kind, msg) = err_kind(guard("recv", client.recv()).await);
     assert_eq!(kind, io::ErrorKind::ConnectionReset, "{msg}");
 }
 
 #[rdma_async::test]
 async fn oversized_message_is_rejected_before_sending() {
-    let listener = listener().await;
-    let addr = listener.local_addr();
-    let opts = EndpointOptions::new().max_message_size(256);
-    let server_opts = opts.clone();
+    let (ep, client) = endpoint_pair(&EndpointOptions::new().max_message_size(256)).await;
     let server = tokio::spawn(async move {
-        let ep = Endpoint::accept(listener.accept_request().await?, &server_opts).await?;
         let msg = ep.recv().await?;
         ep.closed().await?;
         io::Result::Ok(msg)
     });
-    let client = guard("connect", Endpoint::connect(addr, &opts))
-        .await
-        .unwrap();
     let (kind, msg) = err_kind(client.send(&[0; 257]).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
     client
@@ -367,20 +336,14 @@ async fn busy_receiver_lets_other_tasks_run() {
         .max_message_size(64)
         .recv_depth(N as u32)
         .send_depth(N as u32);
-    let listener = listener().await;
-    let addr = listener.local_addr();
-    let server_opts = opts.clone();
+    let (ep, client) = endpoint_pair(&opts).await;
     let server = tokio::spawn(async move {
-        let ep = Endpoint::accept(listener.accept_request().await?, &server_opts).await?;
         for i in 0..N {
             ep.send(&(i as u32).to_le_bytes()).await?;
         }
         // Returns once every send completed, i.e. all N messages sit in the client's queue.
         ep.disconnect().await
     });
-    let client = guard("connect", Endpoint::connect(addr, &opts))
-        .await
-        .unwrap();
     guard("server", server).await.unwrap().unwrap();
 
     let ticks = Arc::new(AtomicUsize::new(0));
@@ -410,18 +373,12 @@ async fn busy_receiver_lets_other_tasks_run() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_disconnect_ends_sends_and_receives_at_once() {
-    let listener = listener().await;
-    let addr = listener.local_addr();
+    let (ep, client) = endpoint_pair(&EndpointOptions::new()).await;
     let server = tokio::spawn(async move {
-        let ep =
-            Endpoint::accept(listener.accept_request().await?, &EndpointOptions::new()).await?;
         let (kind, _) = err_kind(ep.recv().await);
         assert_eq!(kind, io::ErrorKind::ConnectionReset);
         ep.closed().await
     });
-    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
-        .await
-        .unwrap();
     client.disconnect().await.unwrap();
     let (kind, msg) = err_kind(client.send(b"after").await);
     assert_eq!(kind, io::ErrorKind::BrokenPipe, "{msg}");

@@ -1,24 +1,13 @@
 //! Unreliable datagrams (`RDatagram`) on a real RDMA device: echo, limits, attribution, drops.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
-use rdma_async_tests::{err_kind, guard, test_ip, test_ip6};
-
-async fn bind(ip: IpAddr) -> RDatagram {
-    RDatagram::bind(SocketAddr::new(ip, 0))
-        .await
-        .expect("bind a datagram socket on the RDMA test address")
-}
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
+use rdma_async_tests::data::cyclic;
+use rdma_async_tests::{datagram, err_kind, guard, test_addr, test_addr6, test_ip, test_ip6};
 
 /// Echoes every datagram back to its sender until it has echoed `count`.
 async fn echo(server: Arc<RDatagram>, count: usize) -> io::Result<()> {
@@ -32,8 +21,8 @@ async fn echo(server: Arc<RDatagram>, count: usize) -> io::Result<()> {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_of_many_sizes_up_to_the_maximum() {
-    let server = Arc::new(bind(test_ip()).await);
-    let client = bind(test_ip()).await;
+    let server = Arc::new(datagram(test_ip()).await);
+    let client = datagram(test_ip()).await;
     let max = client.max_datagram();
     assert!(max >= 256, "the port MTU is at least 256 bytes, got {max}");
     assert_eq!(server.local_addr().unwrap().ip(), test_ip());
@@ -60,7 +49,7 @@ async fn echo_of_many_sizes_up_to_the_maximum() {
     let server_addr = server.local_addr().unwrap();
     let mut buf = vec![0u8; max];
     for (i, &size) in sizes.iter().enumerate() {
-        let msg = pattern(size, i as u8);
+        let msg = cyclic(i as u8, size);
         let sent = guard("send_to", client.send_to(&msg, server_addr))
             .await
             .unwrap();
@@ -87,8 +76,8 @@ async fn echo_of_many_sizes_up_to_the_maximum() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversize_datagram_is_refused_before_sending() {
-    let server = bind(test_ip()).await;
-    let client = bind(test_ip()).await;
+    let server = datagram(test_ip()).await;
+    let client = datagram(test_ip()).await;
     let too_big = vec![7u8; client.max_datagram() + 1];
     let (kind, msg) = err_kind(client.send_to(&too_big, server.local_addr().unwrap()).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
@@ -109,15 +98,15 @@ async fn oversize_datagram_is_refused_before_sending() {
     );
     // max_datagram above the MTU is refused at bind time.
     let opts = RDatagramOptions::new().max_datagram(client.max_datagram() + 1);
-    let (kind, msg) = err_kind(RDatagram::bind_with(SocketAddr::new(test_ip(), 0), opts).await);
+    let (kind, msg) = err_kind(RDatagram::bind_with(test_addr(0), opts).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn truncation_into_a_small_buffer_keeps_the_head() {
-    let server = bind(test_ip()).await;
-    let client = bind(test_ip()).await;
-    let msg = pattern(300, 3);
+    let server = datagram(test_ip()).await;
+    let client = datagram(test_ip()).await;
+    let msg = cyclic(3, 300);
     client
         .send_to(&msg, server.local_addr().unwrap())
         .await
@@ -140,22 +129,22 @@ async fn truncation_into_a_small_buffer_keeps_the_head() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unbound_peer_is_refused_and_wildcard_bind_is_invalid() {
-    let client = bind(test_ip()).await;
+    let client = datagram(test_ip()).await;
     // Nothing is bound at this port (the socket that was is gone).
-    let gone = bind(test_ip()).await.local_addr().unwrap();
+    let gone = datagram(test_ip()).await.local_addr().unwrap();
     let (kind, msg) = err_kind(guard("send_to", client.send_to(b"x", gone)).await);
     assert_eq!(kind, io::ErrorKind::ConnectionRefused, "{msg}");
     let (kind, msg) = err_kind(RDatagram::bind("0.0.0.0:0").await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
-    let (kind, msg) = err_kind(client.send_to(b"x", SocketAddr::new(test_ip6(), 1)).await);
+    let (kind, msg) = err_kind(client.send_to(b"x", test_addr6(1)).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_send_recv_and_try_variants() {
-    let a = bind(test_ip()).await;
-    let b = bind(test_ip()).await;
-    let stranger = bind(test_ip()).await;
+    let a = datagram(test_ip()).await;
+    let b = datagram(test_ip()).await;
+    let stranger = datagram(test_ip()).await;
     let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
     assert_eq!(err_kind(a.peer_addr()).0, io::ErrorKind::NotConnected);
     assert_eq!(err_kind(a.send(b"x").await).0, io::ErrorKind::NotConnected);
@@ -192,12 +181,12 @@ async fn connect_send_recv_and_try_variants() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_echo() {
-    let server = Arc::new(bind(test_ip6()).await);
-    let client = bind(test_ip6()).await;
+    let server = Arc::new(datagram(test_ip6()).await);
+    let client = datagram(test_ip6()).await;
     let echoer = tokio::spawn(echo(server.clone(), 2));
     let mut buf = vec![0u8; client.max_datagram()];
     for size in [1, client.max_datagram()] {
-        let msg = pattern(size, 9);
+        let msg = cyclic(9, size);
         client
             .send_to(&msg, server.local_addr().unwrap())
             .await
@@ -211,7 +200,7 @@ async fn ipv6_echo() {
 
 /// The datagrams of one sender in the many-senders test: `[index, seq (4 bytes BE), pattern]`.
 fn numbered(sender: u8, seq: u32, len: usize) -> Vec<u8> {
-    let mut msg = pattern(len.max(5), sender ^ seq as u8);
+    let mut msg = cyclic(sender ^ seq as u8, len.max(5));
     msg[0] = sender;
     msg[1..5].copy_from_slice(&seq.to_be_bytes());
     msg
@@ -309,18 +298,15 @@ async fn numbered_receiver(
 async fn four_senders_thousand_datagrams_attributed_and_drops_counted() {
     const SENDERS: u8 = 4;
     const PER_SENDER: u32 = 250;
-    let receiver = RDatagram::bind_with(
-        SocketAddr::new(test_ip(), 0),
-        RDatagramOptions::new().recv_depth(64),
-    )
-    .await
-    .unwrap();
+    let receiver = RDatagram::bind_with(test_addr(0), RDatagramOptions::new().recv_depth(64))
+        .await
+        .unwrap();
     let to = receiver.local_addr().unwrap();
     let mut addrs = Vec::new();
     let (done_tx, done_rx) = tokio::sync::mpsc::channel(SENDERS as usize);
     let mut tasks = Vec::new();
     for index in 0..SENDERS {
-        let socket = bind(test_ip()).await;
+        let socket = datagram(test_ip()).await;
         addrs.push(socket.local_addr().unwrap());
         let done = done_tx.clone();
         tasks.push(tokio::spawn(async move {
@@ -351,14 +337,11 @@ async fn four_senders_thousand_datagrams_attributed_and_drops_counted() {
 async fn datagrams_beyond_the_receive_depth_are_dropped_and_counted() {
     const DEPTH: u32 = 8;
     const COUNT: u32 = 100;
-    let receiver = RDatagram::bind_with(
-        SocketAddr::new(test_ip(), 0),
-        RDatagramOptions::new().recv_depth(DEPTH),
-    )
-    .await
-    .unwrap();
+    let receiver = RDatagram::bind_with(test_addr(0), RDatagramOptions::new().recv_depth(DEPTH))
+        .await
+        .unwrap();
     let to = receiver.local_addr().unwrap();
-    let sender = bind(test_ip()).await;
+    let sender = datagram(test_ip()).await;
     let from = sender.local_addr().unwrap();
     // Nobody reads while the sender sends: the ring keeps DEPTH datagrams, the device drops
     // the rest.

@@ -2,29 +2,11 @@
 //! the incoming stream, full-duplex streaming.
 
 use std::io;
-use std::net::SocketAddr;
 
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::{guard, test_ip};
+use rdma_async_tests::data::cyclic;
+use rdma_async_tests::{guard, rlistener, stream_pair, test_addr6};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-async fn pair(options: RStreamOptions) -> (RStream, RStream) {
-    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), options.clone())
-        .await
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
-    let (accepted, connected) = guard("connect", async {
-        tokio::join!(listener.accept(), RStream::connect_with(addr, &options))
-    })
-    .await;
-    (accepted.unwrap().0, connected.unwrap())
-}
-
-fn pattern(seed: u8, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
 
 #[test]
 fn streams_and_halves_fit_in_any_task() {
@@ -43,18 +25,18 @@ async fn full_duplex_streaming_both_ways_at_once() {
     let options = RStreamOptions::new()
         .send_buffer_size(32768)
         .recv_buffer_size(32768);
-    let (a, b) = pair(options).await;
+    let (a, b) = stream_pair(options).await;
     let run = |stream: RStream, seed: u8, peer_seed: u8| async move {
         let (mut rd, mut wr) = stream.into_split();
         let writer = tokio::spawn(async move {
-            wr.write_all(&pattern(seed, BYTES)).await?;
+            wr.write_all(&cyclic(seed, BYTES)).await?;
             wr.shutdown().await
         });
         let mut got = Vec::with_capacity(BYTES);
         rd.read_to_end(&mut got).await?;
         writer.await.expect("writer task")?;
         assert!(
-            got == pattern(peer_seed, BYTES),
+            got == cyclic(peer_seed, BYTES),
             "received {} bytes, not the peer's data",
             got.len()
         );
@@ -70,7 +52,7 @@ async fn full_duplex_streaming_both_ways_at_once() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_owned_write_half_shuts_down_writing() {
-    let (server, client) = pair(RStreamOptions::new()).await;
+    let (server, client) = stream_pair(RStreamOptions::new()).await;
     let (mut rd, wr) = client.into_split();
     let mut server = server;
     let server_task = tokio::spawn(async move {
@@ -91,9 +73,9 @@ async fn dropping_the_owned_write_half_shuts_down_writing() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn halves_reunite_and_forget() {
-    let (_server, client) = pair(RStreamOptions::new()).await;
+    let (_server, client) = stream_pair(RStreamOptions::new()).await;
     let (rd, wr) = client.into_split();
-    let (_, other) = pair(RStreamOptions::new()).await;
+    let (_, other) = stream_pair(RStreamOptions::new()).await;
     let (_, other_wr) = other.into_split();
     let err = rd
         .reunite(other_wr)
@@ -106,7 +88,7 @@ async fn halves_reunite_and_forget() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn peek_try_read_try_write_and_readiness() {
-    let (mut server, mut client) = pair(RStreamOptions::new()).await;
+    let (mut server, mut client) = stream_pair(RStreamOptions::new()).await;
     let mut buf = [0u8; 64];
     let err = client.try_read(&mut buf).expect_err("nothing to read yet");
     assert_eq!(err.kind(), io::ErrorKind::WouldBlock);
@@ -142,9 +124,7 @@ async fn incoming_yields_connections() {
 
     use futures_core::Stream;
 
-    let listener = RListener::bind(SocketAddr::new(test_ip(), 0))
-        .await
-        .unwrap();
+    let listener = rlistener().await;
     let addr = listener.local_addr().unwrap();
     let mut incoming = listener.into_incoming();
     let clients = tokio::spawn(async move {
@@ -174,9 +154,7 @@ async fn incoming_yields_connections() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connects_over_ipv6() {
-    let listener = RListener::bind(SocketAddr::new(rdma_async_tests::test_ip6(), 0))
-        .await
-        .unwrap();
+    let listener = RListener::bind(test_addr6(0)).await.unwrap();
     let addr = listener.local_addr().unwrap();
     assert!(addr.is_ipv6());
     let server = tokio::spawn(async move {

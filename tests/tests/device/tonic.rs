@@ -6,7 +6,8 @@ use std::pin::Pin;
 
 use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::RListener;
-use rdma_async_tests::{guard, test_ip};
+use rdma_async_tests::data::pattern;
+use rdma_async_tests::{guard, test_addr, test_ip};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::{Stream, StreamExt};
@@ -21,13 +22,6 @@ use greeter::greeter_server::{Greeter, GreeterServer};
 use greeter::{HelloReply, HelloRequest};
 
 const MESSAGES: u32 = 1000;
-
-/// Deterministic, position-dependent bytes, so misplaced data is caught.
-fn pattern(seed: u32, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(u64::from(seed)) >> 7) as u8)
-        .collect()
-}
 
 type ReplyStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
 
@@ -66,7 +60,7 @@ impl Greeter for TestGreeter {
             Ok(HelloReply {
                 message: String::new(),
                 index,
-                payload: pattern(index, index as usize % 3000),
+                payload: pattern(index.into(), index as usize % 3000),
             })
         });
         Ok(Response::new(Box::pin(replies)))
@@ -124,7 +118,7 @@ async fn channel(addr: SocketAddr) -> Channel {
 
 #[rdma_async::test]
 async fn unary_calls_see_the_peer_address() {
-    let server = start_server(SocketAddr::new(test_ip(), 0), 1).await;
+    let server = start_server(test_addr(0), 1).await;
     let mut client = GreeterClient::new(channel(server.addr).await);
     for i in 0..10 {
         let request = HelloRequest {
@@ -149,7 +143,7 @@ async fn unary_calls_see_the_peer_address() {
 
 #[rdma_async::test]
 async fn server_streaming_delivers_every_reply_in_order() {
-    let server = start_server(SocketAddr::new(test_ip(), 0), 1).await;
+    let server = start_server(test_addr(0), 1).await;
     let mut client = GreeterClient::new(channel(server.addr).await);
     let request = HelloRequest {
         count: MESSAGES,
@@ -163,7 +157,10 @@ async fn server_streaming_delivers_every_reply_in_order() {
     while let Some(reply) = guard("next reply", replies.next()).await {
         let reply = reply.expect("reply");
         assert_eq!(reply.index, expected);
-        assert_eq!(reply.payload, pattern(expected, expected as usize % 3000));
+        assert_eq!(
+            reply.payload,
+            pattern(expected.into(), expected as usize % 3000)
+        );
         expected += 1;
     }
     assert_eq!(expected, MESSAGES);
@@ -171,13 +168,13 @@ async fn server_streaming_delivers_every_reply_in_order() {
 
 #[rdma_async::test]
 async fn bidirectional_streaming_echoes_1000_messages() {
-    let server = start_server(SocketAddr::new(test_ip(), 0), 1).await;
+    let server = start_server(test_addr(0), 1).await;
     let mut client = GreeterClient::new(channel(server.addr).await);
     let requests = tokio_stream::iter(0..MESSAGES).map(|i| HelloRequest {
         name: format!("m{i}"),
         count: 0,
         // Sizes from 0 to ~16 KiB, so replies span many rsockets messages.
-        payload: pattern(i, (i as usize * 997) % 16_500),
+        payload: pattern(i.into(), (i as usize * 997) % 16_500),
     });
     let mut replies = guard("bidirectional call", client.chat(requests))
         .await
@@ -190,7 +187,7 @@ async fn bidirectional_streaming_echoes_1000_messages() {
         assert_eq!(reply.message, format!("m{received}"));
         assert_eq!(
             reply.payload,
-            pattern(received, (received as usize * 997) % 16_500)
+            pattern(received.into(), (received as usize * 997) % 16_500)
         );
         received += 1;
     }
@@ -199,7 +196,7 @@ async fn bidirectional_streaming_echoes_1000_messages() {
 
 #[rdma_async::test]
 async fn client_reconnects_after_the_server_restarts() {
-    let first = start_server(SocketAddr::new(test_ip(), 0), 1).await;
+    let first = start_server(test_addr(0), 1).await;
     let addr = first.addr;
     let mut client = GreeterClient::new(channel(addr).await);
     let hello = || HelloRequest {

@@ -5,11 +5,9 @@
 //! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 
-use rdma_async_tests::{guard, test_ip};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use rdma_async_tests::test_ip;
+use rdma_async_tests::tools::{EXCHANGE_DONE, Tool, UDADDY_PORT};
 
 /// Our example binary `name`.
 fn example(name: &str) -> String {
@@ -21,82 +19,6 @@ fn example(name: &str) -> String {
     let path = PathBuf::from(dir).join(name);
     assert!(path.is_file(), "example {} was not built", path.display());
     path.to_string_lossy().into_owned()
-}
-
-/// A running program whose output is read line by line.
-struct Tool {
-    name: String,
-    child: Child,
-    lines: Lines<BufReader<ChildStdout>>,
-    seen: String,
-}
-
-impl Tool {
-    /// Starts `program` (line-buffered through `stdbuf`, for the C tools' sake).
-    fn spawn(program: &str, args: &[&str]) -> Tool {
-        let mut child = Command::new("stdbuf")
-            .arg("-oL")
-            .arg(program)
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn()
-            .unwrap_or_else(|e| panic!("run {program}: {e}"));
-        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-        Tool {
-            name: program.rsplit('/').next().unwrap_or(program).to_owned(),
-            child,
-            lines,
-            seen: String::new(),
-        }
-    }
-
-    /// Reads output until a line contains `marker`.
-    async fn wait_for(&mut self, marker: &str) {
-        let what = format!("{} prints {marker:?}", self.name);
-        loop {
-            match guard(&what, self.lines.next_line()).await.expect("output") {
-                Some(line) => {
-                    self.seen.push_str(&line);
-                    self.seen.push('\n');
-                    if line.contains(marker) {
-                        return;
-                    }
-                }
-                None => panic!(
-                    "{} ended before printing {marker:?}:\n{}",
-                    self.name, self.seen
-                ),
-            }
-        }
-    }
-
-    /// Waits for the program to exit; returns whether it succeeded and all it printed.
-    async fn finish(mut self) -> (bool, String) {
-        let what = format!("{} exits", self.name);
-        while let Some(line) = guard(&what, self.lines.next_line()).await.expect("output") {
-            self.seen.push_str(&line);
-            self.seen.push('\n');
-        }
-        let mut stderr = String::new();
-        if let Some(mut err) = self.child.stderr.take() {
-            let _ = err.read_to_string(&mut stderr).await;
-        }
-        let status = guard(&what, self.child.wait()).await.expect("wait");
-        (status.success(), format!("{}{stderr}", self.seen))
-    }
-
-    /// As `finish`, asserting success and that the output contains each of `expected`.
-    async fn expect_success(self, expected: &[&str]) -> String {
-        let name = self.name.clone();
-        let (ok, text) = self.finish().await;
-        assert!(ok, "{name} failed:\n{text}");
-        for e in expected {
-            assert!(text.contains(e), "{name} did not print {e:?}:\n{text}");
-        }
-        text
-    }
 }
 
 /// Runs a client whose server is another process that gives no sign of being ready: retried
@@ -116,9 +38,6 @@ async fn client_until_success(program: &str, args: &[&str], expected: &[&str]) -
     panic!("{program} never succeeded; last output:\n{last}");
 }
 
-// udaddy's port is fixed (7174): its two tests take turns.
-static UDADDY_PORT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[rdma_async::test]
 async fn udaddy_example_server_with_c_client() {
     let _turn = UDADDY_PORT.lock().await;
@@ -126,9 +45,7 @@ async fn udaddy_example_server_with_c_client() {
     let mut server = Tool::spawn(&example("udaddy"), &["-b", &ip, "-C", "10", "-S", "100"]);
     server.wait_for("receiving data transfers").await;
     let client = Tool::spawn("udaddy", &["-s", &ip, "-b", &ip, "-C", "10", "-S", "100"]);
-    client
-        .expect_success(&["data transfers complete", "return status 0"])
-        .await;
+    client.expect_success(&EXCHANGE_DONE).await;
     server.expect_success(&["data transfers complete"]).await;
 }
 
@@ -140,12 +57,10 @@ async fn udaddy_example_client_with_c_server() {
     client_until_success(
         &example("udaddy"),
         &["-s", &ip, "-b", &ip, "-C", "10", "-S", "100"],
-        &["data transfers complete", "return status 0"],
+        &EXCHANGE_DONE,
     )
     .await;
-    server
-        .expect_success(&["data transfers complete", "return status 0"])
-        .await;
+    server.expect_success(&EXCHANGE_DONE).await;
 }
 
 /// A multicast exchange: `receiver` joins `group`, then `sender` sends 10 datagrams to it.
@@ -158,9 +73,7 @@ async fn mckey_exchange(receiver: &str, sender: &str, group: &str) {
     sender_args.push("-s");
     let sending = Tool::spawn(sender, &sender_args);
     sending.expect_success(&["return status 0"]).await;
-    receiving
-        .expect_success(&["data transfers complete", "return status 0"])
-        .await;
+    receiving.expect_success(&EXCHANGE_DONE).await;
 }
 
 #[rdma_async::test]

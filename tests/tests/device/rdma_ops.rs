@@ -8,13 +8,8 @@ use std::sync::Arc;
 use rdma_async::rdma::{
     LocalRegion, RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion, SharedRegion,
 };
+use rdma_async_tests::data::cyclic;
 use rdma_async_tests::{guard, rdma_pair};
-
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
-        .collect()
-}
 
 /// Sends `region`'s descriptor as a 16-byte message (as rping does).
 async fn advertise(conn: &RdmaConnection, region: &SharedRegion) {
@@ -42,7 +37,7 @@ async fn sync(a: &RdmaConnection, b: &RdmaConnection) {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn send_and_receive_with_and_without_immediate() {
     let (server, client) = rdma_pair(&RdmaOptions::new()).await;
-    let data = pattern(3000, 1);
+    let data = cyclic(1, 3000);
     let mut out = client.reg_msgs(4096).unwrap();
     out[..3000].copy_from_slice(&data);
     // Receive into the middle of a region: the bytes land at the start of the range.
@@ -64,7 +59,7 @@ async fn send_and_receive_with_and_without_immediate() {
     assert_eq!(&inbox[..10], &data[10..20]);
 
     // An existing vector, registered by taking ownership, comes back with its contents.
-    let vec = pattern(777, 9);
+    let vec = cyclic(9, 777);
     let region = client.register(vec.clone()).unwrap();
     let recv = server.recv(inbox, ..);
     let send = client.send(region, ..);
@@ -82,7 +77,7 @@ async fn writes_and_reads_reach_the_edges_of_the_remote_region() {
     let target = server
         .reg_shared(LEN, RemoteAccess::READ | RemoteAccess::WRITE)
         .unwrap();
-    target.write_at(0, &pattern(LEN, 3)).unwrap();
+    target.write_at(0, &cyclic(3, LEN)).unwrap();
     let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
     assert_eq!(remote.len() as usize, LEN);
 
@@ -91,16 +86,16 @@ async fn writes_and_reads_reach_the_edges_of_the_remote_region() {
         .read(client.reg_msgs(LEN).unwrap(), .., remote.whole())
         .await;
     r.unwrap();
-    assert_eq!(&buf[..], &pattern(LEN, 3)[..]);
+    assert_eq!(&buf[..], &cyclic(3, LEN)[..]);
     let (r, buf) = client
         .read(buf, 0..1, remote.slice(LEN as u32 - 1, 1).unwrap())
         .await;
     r.unwrap();
-    assert_eq!(buf[0], pattern(LEN, 3)[LEN - 1]);
+    assert_eq!(buf[0], cyclic(3, LEN)[LEN - 1]);
 
     // Write the first byte, the last byte and the last 100 bytes.
     let mut src = client.reg_msgs(LEN).unwrap();
-    src.copy_from_slice(&pattern(LEN, 50));
+    src.copy_from_slice(&cyclic(50, LEN));
     let (r, src) = client.write(src, 0..1, remote.slice(0, 1).unwrap()).await;
     r.unwrap();
     let (r, src) = client
@@ -119,8 +114,8 @@ async fn writes_and_reads_reach_the_edges_of_the_remote_region() {
     let got = got.unwrap();
     assert_eq!((got.imm(), got.len()), (Some(77), 10));
 
-    let mut expect = pattern(LEN, 3);
-    let new = pattern(LEN, 50);
+    let mut expect = cyclic(3, LEN);
+    let new = cyclic(50, LEN);
     expect[0] = new[0];
     expect[LEN - 1] = new[1];
     expect[LEN - 100..].copy_from_slice(&new[200..300]);
@@ -255,7 +250,7 @@ async fn vectored_sends_receives_writes_and_reads() {
     let parts: Vec<LocalRegion> = (0..3)
         .map(|i| {
             let mut r = client.reg_msgs(100).unwrap();
-            r.copy_from_slice(&pattern(100, i));
+            r.copy_from_slice(&cyclic(i, 100));
             r
         })
         .collect();
@@ -271,7 +266,7 @@ async fn vectored_sends_receives_writes_and_reads() {
     sent.unwrap();
     assert_eq!(got.unwrap().len(), 150);
     let expect: Vec<u8> = (0..3)
-        .flat_map(|i| pattern(100, i)[10..60].to_vec())
+        .flat_map(|i| cyclic(i, 100)[10..60].to_vec())
         .collect();
     let mut arrived = inbox[0][..70].to_vec();
     arrived.extend_from_slice(&inbox[1][100..180]);

@@ -8,15 +8,11 @@
 use std::net::{IpAddr, SocketAddr};
 
 use rdma_async::datagram::RDatagram;
-use rdma_async_tests::{err_kind, finish_tool, guard, spawn_tool, test_ip, test_ip6};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use rdma_async_tests::tools::{EXCHANGE_DONE, Tool};
+use rdma_async_tests::{argv, datagram, err_kind, guard, test_ip, test_ip6};
 
 const COUNT: usize = 10;
 const SIZE: usize = 100;
-
-async fn bind(ip: IpAddr) -> RDatagram {
-    RDatagram::bind(SocketAddr::new(ip, 0)).await.unwrap()
-}
 
 fn group(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -37,11 +33,11 @@ async fn receive_all(socket: &RDatagram, n: usize, expected: &[u8], from: IpAddr
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_receivers_and_a_join_leave_cycle() {
     let g = group("239.77.0.1");
-    let sender = bind(test_ip()).await;
+    let sender = datagram(test_ip()).await;
     let receivers = [
-        bind(test_ip()).await,
-        bind(test_ip()).await,
-        bind(test_ip()).await,
+        datagram(test_ip()).await,
+        datagram(test_ip()).await,
+        datagram(test_ip()).await,
     ];
     let (kind, _) = err_kind(sender.send_to(b"x", (g, 0)).await);
     assert_eq!(
@@ -106,8 +102,8 @@ async fn three_receivers_and_a_join_leave_cycle() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_group() {
     let g = group("ff0e::77:1");
-    let sender = bind(test_ip6()).await;
-    let receiver = bind(test_ip6()).await;
+    let sender = datagram(test_ip6()).await;
+    let receiver = datagram(test_ip6()).await;
     match guard("join v6", receiver.join_multicast(g)).await {
         Ok(()) => {
             guard("join v6", sender.join_multicast(g)).await.unwrap();
@@ -142,35 +138,16 @@ async fn ipv6_group() {
     );
 }
 
-/// Starts mckey with its output line-buffered, so a test can wait for its "joined" line.
-fn mckey(args: &[&str]) -> tokio::process::Child {
-    let mut all = vec!["-oL".to_string(), "mckey".to_string()];
-    all.extend(args.iter().map(|a| a.to_string()));
-    spawn_tool("stdbuf", &all)
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_sender_with_c_receiver() {
     let g = "239.77.0.3";
-    let ip = test_ip().to_string();
-    let (count, size) = (COUNT.to_string(), SIZE.to_string());
-    let mut child = mckey(&["-m", g, "-b", &ip, "-C", &count, "-S", &size]);
+    let mut c_receiver = Tool::spawn(
+        "mckey",
+        &argv!["-m", g, "-b", test_ip(), "-C", COUNT, "-S", SIZE],
+    );
     // Send only once the receiver has joined (its receives are posted before the join).
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let mut seen = String::new();
-    loop {
-        let line = guard("mckey joins", lines.next_line()).await.unwrap();
-        let Some(line) = line else {
-            panic!("mckey ended before joining:\n{seen}")
-        };
-        seen.push_str(&line);
-        seen.push('\n');
-        if line.contains("joined") {
-            break;
-        }
-    }
-    let sender = bind(test_ip()).await;
+    c_receiver.wait_for("joined").await;
+    let sender = datagram(test_ip()).await;
     guard("join", sender.join_multicast(group(g)))
         .await
         .unwrap();
@@ -180,27 +157,20 @@ async fn our_sender_with_c_receiver() {
             .await
             .unwrap();
     }
-    let mut rest = String::new();
-    while let Some(line) = guard("mckey output", lines.next_line()).await.unwrap() {
-        rest.push_str(&line);
-        rest.push('\n');
-    }
-    let text = finish_tool(child, "mckey").await;
-    let all = format!("{seen}{rest}{text}");
-    assert!(all.contains("data transfers complete"), "{all}");
-    assert!(all.contains("return status 0"), "{all}");
+    c_receiver.expect_success(&EXCHANGE_DONE).await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_sender_with_our_receiver() {
     let g = "239.77.0.4";
-    let receiver = bind(test_ip()).await;
+    let receiver = datagram(test_ip()).await;
     guard("join", receiver.join_multicast(group(g)))
         .await
         .unwrap();
-    let ip = test_ip().to_string();
-    let (count, size) = (COUNT.to_string(), SIZE.to_string());
-    let child = mckey(&["-m", g, "-b", &ip, "-s", "-C", &count, "-S", &size]);
+    let c_sender = Tool::spawn(
+        "mckey",
+        &argv!["-m", g, "-b", test_ip(), "-s", "-C", COUNT, "-S", SIZE],
+    );
     let mut buf = [0u8; 2 * SIZE];
     for _ in 0..COUNT {
         let (n, from) = guard("datagram from mckey", receiver.recv_from(&mut buf))
@@ -209,7 +179,5 @@ async fn c_sender_with_our_receiver() {
         assert_eq!(n, SIZE);
         assert_eq!(from.ip(), test_ip());
     }
-    let text = finish_tool(child, "mckey").await;
-    assert!(text.contains("data transfers complete"), "{text}");
-    assert!(text.contains("return status 0"), "{text}");
+    c_sender.expect_success(&EXCHANGE_DONE).await;
 }

@@ -5,56 +5,27 @@
 //! server receives them all, builds an address handle from the first one and sends as many
 //! back, which the client receives.
 
-use std::net::SocketAddr;
-
 use rdma_async::datagram::RDatagram;
-use rdma_async_tests::{finish_tool, guard, spawn_tool, test_ip};
+use rdma_async_tests::tools::{EXCHANGE_DONE, UDADDY_PORT, finish_tool_printing};
+use rdma_async_tests::{
+    argv, connect_when_listening, datagram, guard, spawn_tool, test_addr, test_ip,
+};
 
 const COUNT: usize = 10;
 const SIZE: usize = 100;
 /// udaddy's port: its `-p` selects the port space, not the port.
 const PORT: u16 = 7174;
 
-/// Both tests need port 7174; they take turns.
-static PORT_7174: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-fn udaddy(args: &[String]) -> tokio::process::Child {
-    spawn_tool("udaddy", args)
-}
-
-fn size_args() -> Vec<String> {
-    vec![
-        "-C".into(),
-        COUNT.to_string(),
-        "-S".into(),
-        SIZE.to_string(),
-    ]
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_with_c_server() {
-    let _turn = PORT_7174.lock().await;
-    let mut args = vec!["-b".into(), test_ip().to_string()];
-    args.extend(size_args());
-    let child = udaddy(&args);
-    let server = SocketAddr::new(test_ip(), PORT);
-    let client = RDatagram::bind(SocketAddr::new(test_ip(), 0))
-        .await
-        .unwrap();
+    let _turn = UDADDY_PORT.lock().await;
+    let child = spawn_tool("udaddy", &argv!["-b", test_ip(), "-C", COUNT, "-S", SIZE]);
+    let server = test_addr(PORT);
+    let client = datagram(test_ip()).await;
     let msg = [0x5au8; SIZE];
     // The server may not be bound yet: nothing answers the SIDR request until it is.
-    for attempt in 0.. {
-        match client.send_to(&msg, server).await {
-            Ok(n) => {
-                assert_eq!(n, SIZE);
-                break;
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused && attempt < 500 => {
-                tokio::task::yield_now().await
-            }
-            Err(e) => panic!("resolve the C udaddy server: {e}"),
-        }
-    }
+    let n = connect_when_listening(|| client.send_to(&msg, server)).await;
+    assert_eq!(n, SIZE);
     for _ in 1..COUNT {
         client.send_to(&msg, server).await.unwrap();
     }
@@ -69,25 +40,17 @@ async fn our_client_with_c_server() {
             "replies are attributed to the address we resolved"
         );
     }
-    let text = finish_tool(child, "udaddy").await;
-    assert!(text.contains("data transfers complete"), "{text}");
-    assert!(text.contains("return status 0"), "{text}");
+    finish_tool_printing(child, "udaddy", &EXCHANGE_DONE).await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_client_with_our_server() {
-    let _turn = PORT_7174.lock().await;
-    let server = RDatagram::bind(SocketAddr::new(test_ip(), PORT))
-        .await
-        .unwrap();
-    let mut args = vec![
-        "-s".into(),
-        test_ip().to_string(),
-        "-b".into(),
-        test_ip().to_string(),
-    ];
-    args.extend(size_args());
-    let child = udaddy(&args);
+    let _turn = UDADDY_PORT.lock().await;
+    let server = RDatagram::bind(test_addr(PORT)).await.unwrap();
+    let child = spawn_tool(
+        "udaddy",
+        &argv!["-s", test_ip(), "-b", test_ip(), "-C", COUNT, "-S", SIZE],
+    );
     let mut buf = [0u8; 2 * SIZE];
     let mut client = None;
     for _ in 0..COUNT {
@@ -105,8 +68,6 @@ async fn c_client_with_our_server() {
         // No rdma_cm exchange: the route back comes from the received datagrams.
         server.send_to(&[0xa5u8; SIZE], client).await.unwrap();
     }
-    let text = finish_tool(child, "udaddy").await;
-    assert!(text.contains("data transfers complete"), "{text}");
-    assert!(text.contains("return status 0"), "{text}");
+    finish_tool_printing(child, "udaddy", &EXCHANGE_DONE).await;
     assert_eq!(server.stats().received, COUNT as u64);
 }

@@ -1,14 +1,13 @@
 //! `examples/rping` against librdmacm's C `rping`, both directions, with payload verification.
-//! The example's code is compiled into this test (`#[path]`) and run in-process. Both sides use
-//! the same `-S`: C rping reads and writes the advertised length into its own `-S` buffer.
+//! The example's code is compiled into the device binary (`#[path]` in `main.rs`) and run
+//! in-process. Both sides use the same `-S`: C rping reads and writes the advertised length into
+//! its own `-S` buffer.
 
-use rdma_async_tests::{finish_tool, guard, listener, spawn_tool, test_ip};
+use rdma_async_tests::{
+    argv, connect_when_listening, finish_tool, guard, listener, spawn_tool, test_ip,
+};
 
-#[path = "../../examples/rping.rs"]
-#[allow(dead_code)]
-mod rping_example;
-
-use rping_example::{parse_args, run_client, serve_listener};
+use crate::rping_example::{self, parse_args, run_client, serve_listener};
 
 const COUNT: usize = 10;
 const SIZE: usize = 100;
@@ -32,17 +31,17 @@ async fn our_server_with_the_c_client() {
     let server = tokio::spawn(async move { serve_listener(&server_args, listener).await });
     let child = spawn_tool(
         "rping",
-        &[
-            "-c".into(),
-            "-vV".into(),
-            "-a".into(),
-            addr.ip().to_string(),
-            "-p".into(),
-            addr.port().to_string(),
-            "-C".into(),
-            COUNT.to_string(),
-            "-S".into(),
-            SIZE.to_string(),
+        &argv![
+            "-c",
+            "-vV",
+            "-a",
+            addr.ip(),
+            "-p",
+            addr.port(),
+            "-C",
+            COUNT,
+            "-S",
+            SIZE
         ],
     );
     let text = finish_tool(child, "rping").await;
@@ -66,33 +65,14 @@ async fn our_client_with_the_c_server() {
     let port = 17174u16;
     let child = spawn_tool(
         "rping",
-        &[
-            "-s".into(),
-            "-v".into(),
-            "-S".into(),
-            SIZE.to_string(),
-            "-a".into(),
-            test_ip().to_string(),
-            "-p".into(),
-            port.to_string(),
-        ],
+        &argv!["-s", "-v", "-S", SIZE, "-a", test_ip(), "-p", port],
     );
     let client_args = args(&format!(
         "-c -V -a {} -p {port} -C {COUNT} -S {SIZE}",
         test_ip()
     ));
-    // The C server may not listen yet: retry while refused, as `connect_when_listening`.
-    let mut result = Err(std::io::Error::other("not started"));
-    for _ in 0..500 {
-        result = guard("our rping client", run_client(&client_args)).await;
-        match &result {
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {
-                tokio::task::yield_now().await
-            }
-            _ => break,
-        }
-    }
-    result.expect("our rping client (validating every echo)");
+    // The C server may not listen yet: retried while refused. Our client validates every echo.
+    connect_when_listening(|| guard("our rping client", run_client(&client_args))).await;
     let text = finish_tool(child, "rping").await;
     let pings = ping_lines(&text, "server ping data: ");
     assert_eq!(pings.len(), COUNT, "{text}");

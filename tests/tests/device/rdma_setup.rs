@@ -7,7 +7,8 @@ use std::net::{Ipv6Addr, SocketAddr};
 use rdma_async::cm::{CmListener, IdOptions};
 use rdma_async::device::{AtomicCapability, devices};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, SharedReceiveQueue};
-use rdma_async_tests::{err_kind, guard, listener, rdma_pair, test_ip, test_ip6};
+use rdma_async_tests::pairs::rdma_pair_on;
+use rdma_async_tests::{err_kind, guard, listener, rdma_pair, test_addr, test_addr6, test_ip};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_attributes_like_ibv_devinfo() {
@@ -63,24 +64,17 @@ async fn ping(server: &RdmaConnection, client: &RdmaConnection) {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn id_options_on_dial_and_listen() {
     let listen_opts = IdOptions::new().reuse_address(true).type_of_service(32);
-    let listener = CmListener::bind_with(SocketAddr::new(test_ip(), 0), 16, &listen_opts)
+    let listener = CmListener::bind_with(test_addr(0), 16, &listen_opts)
         .await
         .unwrap();
-    let addr = listener.local_addr();
     let opts = RdmaOptions::new().id_options(
         IdOptions::new()
             .type_of_service(32)
             .ack_timeout(14)
             .reuse_address(true),
     );
-    let (server, client) = guard("connect with options", async {
-        tokio::join!(
-            async { RdmaConnection::accept(listener.accept_request().await?, &opts).await },
-            RdmaConnection::connect(addr, &opts)
-        )
-    })
-    .await;
-    ping(&server.unwrap(), &client.unwrap()).await;
+    let (server, client) = rdma_pair_on(&listener, &opts, &opts).await;
+    ping(&server, &client).await;
 
     // IPv6-only: a wildcard IPv6 listener then takes IPv6 connections and refuses IPv4 ones.
     let v6only = CmListener::bind_with(
@@ -95,14 +89,14 @@ async fn id_options_on_dial_and_listen() {
     let (server, client) = guard("IPv6 connect", async {
         tokio::join!(
             async { RdmaConnection::accept(v6only.accept_request().await?, &plain).await },
-            RdmaConnection::connect(SocketAddr::new(test_ip6(), port), &plain)
+            RdmaConnection::connect(test_addr6(port), &plain)
         )
     })
     .await;
     ping(&server.unwrap(), &client.unwrap()).await;
     let refused = guard(
         "IPv4 connect to an IPv6-only listener",
-        RdmaConnection::connect(SocketAddr::new(test_ip(), port), &plain),
+        RdmaConnection::connect(test_addr(port), &plain),
     )
     .await;
     assert_eq!(err_kind(refused).0, io::ErrorKind::ConnectionRefused);
@@ -113,22 +107,13 @@ async fn a_shared_receive_queue_serves_several_connections() {
     let srq = SharedReceiveQueue::new(test_ip(), 8).unwrap();
     let server_opts = RdmaOptions::new().shared_receive_queue(&srq);
     let listener = listener().await;
-    let addr = listener.local_addr();
     let plain = RdmaOptions::new();
     let mut servers = Vec::new();
     let mut clients = Vec::new();
     for _ in 0..2 {
-        let (s, c) = guard("connect", async {
-            tokio::join!(
-                async {
-                    RdmaConnection::accept(listener.accept_request().await?, &server_opts).await
-                },
-                RdmaConnection::connect(addr, &plain)
-            )
-        })
-        .await;
-        servers.push(s.unwrap());
-        clients.push(c.unwrap());
+        let (s, c) = rdma_pair_on(&listener, &server_opts, &plain).await;
+        servers.push(s);
+        clients.push(c);
     }
     // Receives go through the queue, not the connection.
     let (r, _) = servers[0].recv(servers[0].reg_msgs(8).unwrap(), ..).await;

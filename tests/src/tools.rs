@@ -1,0 +1,171 @@
+//! Other programs: librdmacm's C tools (`ucmatose`, `rstream`, `rping`, `udaddy`, `mckey`, from
+//! rdmacm-utils) and the example programs, run as child processes.
+
+use std::ffi::OsStr;
+use std::io;
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout, Command};
+
+use crate::guard;
+
+/// An argument vector for [`spawn_tool`] from anything `Display`:
+/// `argv!["-b", test_ip(), "-p", port]`.
+#[macro_export]
+macro_rules! argv {
+    ($($arg:expr),* $(,)?) => {
+        ::std::vec![$(::std::string::ToString::to_string(&$arg)),*]
+    };
+}
+
+/// What ucmatose, udaddy and mckey (and our examples of them) print after an exchange that
+/// went well.
+pub const EXCHANGE_DONE: [&str; 2] = ["data transfers complete", "return status 0"];
+
+/// udaddy's port is fixed (7174; its `-p` selects the port space, not the port): every test
+/// that runs a udaddy server, ours or the C one, holds this lock while it does.
+pub static UDADDY_PORT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Starts one of rdma-core's C tools (`ucmatose`, `rstream`, ...) with its output captured.
+pub fn spawn_tool(program: &str, args: &[String]) -> Child {
+    Command::new(program)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {program} (package rdmacm-utils): {e}"))
+}
+
+/// Waits for a C tool to exit successfully and returns what it printed.
+pub async fn finish_tool(child: Child, program: &str) -> String {
+    let out = guard(program, child.wait_with_output())
+        .await
+        .expect("tool output");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{program} failed ({}):\n{text}",
+        out.status
+    );
+    text
+}
+
+/// Waits for a C tool to exit successfully and asserts that it printed each of `expected`.
+pub async fn finish_tool_printing(child: Child, program: &str, expected: &[&str]) -> String {
+    let text = finish_tool(child, program).await;
+    for e in expected {
+        assert!(text.contains(e), "{program} did not print {e:?}:\n{text}");
+    }
+    text
+}
+
+/// Connects with `connect`, retrying (boundedly) while refused: a C server just started may not
+/// listen yet, and there is no event to wait for from another process.
+pub async fn connect_when_listening<T, F, Fut>(mut connect: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<T>>,
+{
+    for _ in 0..500 {
+        match connect().await {
+            Ok(conn) => return conn,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tokio::task::yield_now().await
+            }
+            Err(e) => panic!("connect to the C server: {e}"),
+        }
+    }
+    panic!("the C server never started listening");
+}
+
+/// A running program whose output is read line by line, so that a test can wait for what it
+/// prints (a server's "listening", a receiver's "joined").
+pub struct Tool {
+    name: String,
+    child: Child,
+    lines: Lines<BufReader<ChildStdout>>,
+    seen: String,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("pid", &self.child.id())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tool {
+    /// Starts `program` (line-buffered through `stdbuf`, for the C tools' sake).
+    pub fn spawn<S: AsRef<OsStr>>(program: &str, args: &[S]) -> Tool {
+        let mut child = Command::new("stdbuf")
+            .arg("-oL")
+            .arg(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap_or_else(|e| panic!("run {program}: {e}"));
+        let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+        Tool {
+            name: program.rsplit('/').next().unwrap_or(program).to_owned(),
+            child,
+            lines,
+            seen: String::new(),
+        }
+    }
+
+    /// Reads output until a line contains `marker`.
+    pub async fn wait_for(&mut self, marker: &str) {
+        let what = format!("{} prints {marker:?}", self.name);
+        loop {
+            match guard(&what, self.lines.next_line()).await.expect("output") {
+                Some(line) => {
+                    self.seen.push_str(&line);
+                    self.seen.push('\n');
+                    if line.contains(marker) {
+                        return;
+                    }
+                }
+                None => panic!(
+                    "{} ended before printing {marker:?}:\n{}",
+                    self.name, self.seen
+                ),
+            }
+        }
+    }
+
+    /// Waits for the program to exit; returns whether it succeeded and all it printed.
+    pub async fn finish(mut self) -> (bool, String) {
+        let what = format!("{} exits", self.name);
+        while let Some(line) = guard(&what, self.lines.next_line()).await.expect("output") {
+            self.seen.push_str(&line);
+            self.seen.push('\n');
+        }
+        let mut stderr = String::new();
+        if let Some(mut err) = self.child.stderr.take() {
+            let _ = err.read_to_string(&mut stderr).await;
+        }
+        let status = guard(&what, self.child.wait()).await.expect("wait");
+        (status.success(), format!("{}{stderr}", self.seen))
+    }
+
+    /// As `finish`, asserting success and that the output contains each of `expected`.
+    pub async fn expect_success(self, expected: &[&str]) -> String {
+        let name = self.name.clone();
+        let (ok, text) = self.finish().await;
+        assert!(ok, "{name} failed:\n{text}");
+        for e in expected {
+            assert!(text.contains(e), "{name} did not print {e:?}:\n{text}");
+        }
+        text
+    }
+}

@@ -1,0 +1,24 @@
+//! The device tests, one module per subject, in one binary (one link instead of one per file).
+//!
+//! Tests that count this process's RDMA resources (`leaks`, `datagram_leaks`, `rdma_cancel`) or
+//! install a process-wide tracing subscriber (`tracing`) are not here: each is its own binary,
+//! so no other test runs beside it. `scripts/device-tests` runs the binaries one at a time.
+
+mod cm;
+mod datagram;
+mod examples;
+mod http;
+mod mckey;
+mod rdma_ops;
+mod rdma_setup;
+mod rping;
+mod stream;
+mod stream_api;
+mod tonic;
+mod ucmatose;
+mod udaddy;
+
+/// `examples/rping`'s code, compiled in and run in-process by [`rping`].
+#[path = "../../../examples/rping.rs"]
+#[allow(dead_code)]
+mod rping_example;
