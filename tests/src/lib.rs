@@ -4,6 +4,8 @@
 //! common ones are re-exported here.
 
 use std::io;
+
+use rdma_async::error::{CompletionError, cause};
 use std::time::Duration;
 
 pub mod addr;
@@ -33,4 +35,14 @@ pub async fn guard<T>(what: &str, fut: impl std::future::Future<Output = T>) -> 
 pub fn err_kind<T: std::fmt::Debug>(r: io::Result<T>) -> (io::ErrorKind, String) {
     let e = r.expect_err("expected an error");
     (e.kind(), e.to_string())
+}
+
+/// The work-completion status behind `err`, checking it is a real failure (not success, not a
+/// flush, which only follows the failure that matters).
+pub fn completion_status(err: &io::Error) -> u32 {
+    let wc = cause::<CompletionError>(err)
+        .unwrap_or_else(|| panic!("no CompletionError behind {err:?}"));
+    assert_ne!(wc.status(), 0, "{err}");
+    assert_ne!(wc.status(), 5, "the cause is not the flush: {err}");
+    wc.status()
 }

@@ -9,7 +9,7 @@ use rdma_async::rdma::{
     LocalRegion, RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion, SharedRegion,
 };
 use rdma_async_tests::data::cyclic;
-use rdma_async_tests::{guard, rdma_pair};
+use rdma_async_tests::{completion_status, guard, rdma_pair};
 
 /// Sends `region`'s descriptor as a 16-byte message (as rping does).
 async fn advertise(conn: &RdmaConnection, region: &SharedRegion) {
@@ -161,6 +161,8 @@ async fn bad_ranges_are_rejected_before_posting() {
 /// PermissionDenied; operations after it fail too, clearly, and nothing hangs.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn access_outside_the_remote_region_is_a_remote_access_error() {
+    /// `IBV_WC_REM_ACCESS_ERR`.
+    const REM_ACCESS_ERR: u32 = 10;
     let (server, client) = rdma_pair(&RdmaOptions::new()).await;
     let target = server.reg_write(4096).unwrap();
     let real = target.remote();
@@ -177,7 +179,9 @@ async fn access_outside_the_remote_region_is_a_remote_access_error() {
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
     assert!(e.to_string().contains("remote access error"), "{e}");
-    let (r, _) = guard(
+    // The status survives every later report (the error keeps its cause).
+    assert_eq!(completion_status(&e), REM_ACCESS_ERR, "{e}");
+    let (r, mut buf) = guard(
         "write after the error",
         client.write(buf, .., real.slice(0, 8).unwrap()),
     )
@@ -185,6 +189,15 @@ async fn access_outside_the_remote_region_is_a_remote_access_error() {
     let e = r.unwrap_err();
     assert!(e.to_string().contains("failed earlier"), "{e}");
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+    assert_eq!(completion_status(&e), REM_ACCESS_ERR, "{e}");
+    for _ in 0..2 {
+        let (r, back) = guard("send after the error", client.send(buf, ..)).await;
+        buf = back;
+        let again = r.unwrap_err();
+        assert_eq!(again.kind(), io::ErrorKind::PermissionDenied, "{again}");
+        assert!(again.to_string().contains("failed earlier"), "{again}");
+        assert_eq!(completion_status(&again), REM_ACCESS_ERR, "{again}");
+    }
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,23 +1,13 @@
 //! A connection's first failure, reported again to later operations, still leads to its cause:
-//! the work completion's status (`rdma_async::error::CompletionError`).
+//! the work completion's status (`rdma_async::error::CompletionError`). The `RdmaConnection`
+//! case is `rdma_ops::access_outside_the_remote_region_is_a_remote_access_error`.
 
 use std::io;
 use std::time::Duration;
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async::error::{CompletionError, EarlierFailure, cause};
-use rdma_async::rdma::{RdmaOptions, RemoteRegion};
-use rdma_async_tests::{guard, listener, rdma_pair};
-
-/// The work-completion status behind `err`, checking it is a real failure (not success, not a
-/// flush, which only follows the failure that matters).
-fn status_of(err: &io::Error) -> u32 {
-    let wc = cause::<CompletionError>(err)
-        .unwrap_or_else(|| panic!("no CompletionError behind {err:?}"));
-    assert_ne!(wc.status(), 0, "{err}");
-    assert_ne!(wc.status(), 5, "the cause is not the flush: {err}");
-    wc.status()
-}
+use rdma_async::error::EarlierFailure;
+use rdma_async_tests::{completion_status as status_of, guard, listener};
 
 /// A message longer than the peer's receive slots fails the sender's transport; every later send
 /// reports that failure with its status, and so do the peer's receives.
@@ -78,36 +68,4 @@ async fn endpoint_reports_a_failed_send_again_with_its_status() {
     let recv_status = status_of(&recv_first);
     assert_eq!(status_of(&recv_again), recv_status, "{recv_again}");
     assert_eq!(recv_again.kind(), recv_first.kind());
-}
-
-/// A remote access error ends an `RdmaConnection`: the failed write carries the status
-/// (`IBV_WC_REM_ACCESS_ERR`), and so does a send refused after it.
-#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn rdma_connection_reports_a_remote_access_error_again_with_its_status() {
-    const REM_ACCESS_ERR: u32 = 10;
-    let (server, client) = rdma_pair(&RdmaOptions::new()).await;
-    let target = server.reg_write(4096).unwrap();
-    let real = target.remote();
-    let forged = RemoteRegion::new(real.addr(), real.len() + 8, real.rkey()).unwrap();
-    let (r, buf) = guard(
-        "write past the end",
-        client.write(
-            client.reg_msgs(8).unwrap(),
-            ..,
-            forged.slice(4096, 8).unwrap(),
-        ),
-    )
-    .await;
-    let first = r.unwrap_err();
-    assert_eq!(first.kind(), io::ErrorKind::PermissionDenied, "{first}");
-    assert_eq!(status_of(&first), REM_ACCESS_ERR, "{first}");
-    let mut buf = buf;
-    for _ in 0..2 {
-        let (r, back) = guard("send after the error", client.send(buf, ..)).await;
-        buf = back;
-        let again = r.unwrap_err();
-        assert_eq!(again.kind(), io::ErrorKind::PermissionDenied, "{again}");
-        assert!(again.to_string().contains("failed earlier"), "{again}");
-        assert_eq!(status_of(&again), REM_ACCESS_ERR, "{again}");
-    }
 }
