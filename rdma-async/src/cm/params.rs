@@ -13,14 +13,19 @@ pub const MAX_ACCEPT_PRIVATE_DATA: usize = 196;
 /// Most private data a reject (CM REJ) can carry on InfiniBand and RoCE.
 pub const MAX_REJECT_PRIVATE_DATA: usize = 148;
 
+/// The default transport retry count (see [`ConnParams`]).
+pub(crate) const DEFAULT_RETRY_COUNT: u8 = 6;
+
 /// Parameters sent with a connection request or an accept, as in `struct rdma_conn_param`.
 ///
 /// Private data travels in the connection handshake itself. InfiniBand and RoCE pad it with
 /// zeros to the message's fixed size, so the peer may see more bytes than were sent (a request's
 /// private data always arrives as 56 bytes): put a length in it if the exact size matters.
 ///
-/// The defaults are those of rsockets: flow control on, 7 transport retries, 7 RNR retries
-/// (infinite), one outstanding RDMA read or atomic each way.
+/// The defaults are those of rsockets (flow control on, 7 RNR retries, which means for ever,
+/// one outstanding RDMA read or atomic each way) but for 6 transport retries where rsockets has
+/// 7: Soft-RoCE (rxe) treats a transport retry count of 7 as "retry for ever", so a peer host
+/// that vanished would never be noticed there; hardware retries 7 times, so 6 costs nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConnParams {
     private_data: Vec<u8>,
@@ -37,7 +42,7 @@ impl Default for ConnParams {
             private_data: Vec::new(),
             responder_resources: 1,
             initiator_depth: 1,
-            retry_count: 7,
+            retry_count: DEFAULT_RETRY_COUNT,
             rnr_retry_count: 7,
             flow_control: true,
         }
@@ -69,7 +74,9 @@ impl ConnParams {
         self
     }
 
-    /// Transport retries after a timeout (0..=7).
+    /// Transport retries after a timeout (0..=7; default 6). Each waits the ACK timeout
+    /// (`IdOptions::ack_timeout`), so a dead peer fails an operation after about
+    /// `(n + 1) × 4.096 µs × 2^ack_timeout`. Soft-RoCE treats 7 as "retry for ever".
     pub fn retry_count(mut self, n: u8) -> Self {
         self.retry_count = n.min(7);
         self

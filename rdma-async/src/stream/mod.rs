@@ -7,6 +7,7 @@ mod rstream;
 mod split;
 mod stats;
 mod stream_core;
+mod write_probe;
 
 pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;

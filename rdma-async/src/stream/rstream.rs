@@ -45,12 +45,13 @@ fn spawn_keepalive(core: std::sync::Weak<StreamCore>, interval: Duration, span: 
     runtime.spawn(task.instrument(span));
 }
 
-/// rsockets' connection parameters: no RDMA reads, 7 transport and infinite RNR retries.
+/// rsockets' connection parameters (no RDMA reads, infinite RNR retries) with the crate's
+/// transport retry count ([`ConnParams`] says why it is 6, not rsockets' 7). The peer cannot
+/// tell: the count only governs our own queue pair's retransmissions.
 fn rsocket_params() -> ConnParams {
     ConnParams::new()
         .responder_resources(0)
         .initiator_depth(0)
-        .retry_count(7)
         .rnr_retry_count(7)
 }
 
@@ -385,6 +386,14 @@ impl RStream {
     #[doc(hidden)]
     pub fn __ack_timeout(&self) -> io::Result<u8> {
         self.inner.core().link().qp_ack_timeout()
+    }
+
+    /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
+    /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __vanish(&self) -> io::Result<()> {
+        self.inner.core().vanish()
     }
 
     /// What the stream did on the device so far (work requests, completions, bytes).

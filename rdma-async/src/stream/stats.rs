@@ -19,4 +19,7 @@ pub struct StreamStats {
     pub bytes_sent: u64,
     /// Application bytes handed to readers.
     pub bytes_received: u64,
+    /// Probes sent while a writer waited for the peer's credits (counted in `control_writes`
+    /// too): one per second of waiting, so a dead peer is noticed even without keepalive.
+    pub write_probes: u64,
 }

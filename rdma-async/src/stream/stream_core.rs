@@ -18,6 +18,7 @@ use tokio::task::coop;
 
 use super::options::RStreamOptions;
 use super::stats::StreamStats;
+use super::write_probe::WriteProbe;
 use crate::cm::link::CmLink;
 use crate::error::{StickyError, wc_error};
 use crate::proto::{
@@ -137,6 +138,8 @@ struct CoreState {
     /// The first transport failure, which explains the protocol's later "failed" state.
     transport_error: StickyError,
     shutdown_started: bool,
+    /// Probes the peer while the writer waits for credits.
+    write_probe: WriteProbe,
     stats: StreamStats,
 }
 
@@ -168,6 +171,7 @@ impl StreamCore {
                 write_waker: None,
                 transport_error: StickyError::default(),
                 shutdown_started: false,
+                write_probe: WriteProbe::new(),
                 stats: StreamStats::default(),
             }),
         };
@@ -390,6 +394,18 @@ impl StreamCore {
         }
     }
 
+    /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
+    /// peer meanwhile (see [`WriteProbe`]): a dead peer then fails the probe and the writer.
+    fn wait_to_write(&self, state: &mut CoreState, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if state.write_probe.poll_due(cx) {
+            tracing::trace!(parent: self.link.span(), "writer blocked on credits: probing the peer");
+            state.conn.queue_keepalive();
+            state.stats.write_probes += 1;
+            self.post_controls(state)?;
+        }
+        self.wait(state, Side::Write, cx)
+    }
+
     /// Copies readable bytes into `buf`, consuming them unless `peek`.
     fn copy_out(&self, state: &mut CoreState, buf: &mut ReadBuf<'_>, peek: bool) -> io::Result<()> {
         let mut taken = 0;
@@ -473,8 +489,11 @@ impl StreamCore {
         loop {
             self.pump(&mut state)?;
             match state.conn.write_readiness() {
-                Err(WriteError::Blocked(_)) => ready!(self.wait(&mut state, Side::Write, cx))?,
-                _ => return Poll::Ready(Ok(())),
+                Err(WriteError::Blocked(_)) => ready!(self.wait_to_write(&mut state, cx))?,
+                _ => {
+                    state.write_probe.disarm();
+                    return Poll::Ready(Ok(()));
+                }
             }
         }
     }
@@ -495,12 +514,13 @@ impl StreamCore {
                     Ok(write) => {
                         let src = &buf[done..done + write.len];
                         self.post_data(&mut state, &write, src)?;
+                        state.write_probe.disarm();
                         done += write.len;
                         written += write.len;
                     }
                     Err(_) if written > 0 => break 'bufs,
                     Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
-                        Some(cx) => ready!(self.wait(&mut state, Side::Write, cx))?,
+                        Some(cx) => ready!(self.wait_to_write(&mut state, cx))?,
                         None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
                     },
                     Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
@@ -583,6 +603,13 @@ impl StreamCore {
             payload: Payload::Empty,
             signaled: false,
         })
+    }
+
+    /// Moves the queue pair to the error state without a word to the peer: from then on this
+    /// end drops the peer's packets, as a host that vanished would.
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn vanish(&self) -> io::Result<()> {
+        self.qp.set_error()
     }
 
     /// Posts rsockets' keepalive write now. A failed transport shows up in its completion.

@@ -6,6 +6,7 @@
 
 mod cm;
 mod datagram;
+mod dead_peer;
 mod examples;
 mod http;
 mod mckey;

@@ -1,0 +1,111 @@
+//! A peer that vanishes without a word (its end goes silent: no rdma_cm disconnect, no ACKs;
+//! the `test-hooks` feature's `__vanish`). On one node this plays what a peer host that lost
+//! power looks like; the wire tests do the same with a real NIC that drops everything.
+
+use std::io;
+use std::time::Duration;
+
+use rdma_async::cm::IdOptions;
+use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::{guard, stream_pair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Small rings, so a writer runs out of credits after a few KiB, and a short ACK timeout
+/// (2^14 × 4.096 µs ≈ 67 ms per transport retry), so a dead peer is noticed within seconds.
+fn options() -> RStreamOptions {
+    RStreamOptions::new()
+        .send_buffer_size(8192)
+        .recv_buffer_size(8192)
+        .id_options(IdOptions::new().ack_timeout(14))
+}
+
+/// Writes until the peer's credits run out and every posted work request has completed: the
+/// writer is blocked with nothing in flight, the case where no transport retry can notice a
+/// dead peer by itself.
+async fn fill_until_blocked(client: &RStream) -> usize {
+    let chunk = vec![0xa5u8; 4096];
+    let mut written = 0;
+    guard("fill the peer's ring", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(10));
+        loop {
+            match client.try_write(&chunk) {
+                Ok(n) => written += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    let stats = client.stats();
+                    if stats.send_completions == stats.post_send_calls {
+                        return;
+                    }
+                    tick.tick().await;
+                }
+                Err(e) => panic!("writing to a live peer failed: {e}"),
+            }
+        }
+    })
+    .await;
+    written
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_blocked_on_credits_learns_that_the_peer_vanished() {
+    let (server, mut client) = stream_pair(options()).await;
+    let written = fill_until_blocked(&client).await;
+    assert!(written >= 8192, "the peer's ring took only {written} bytes");
+    let probes_before = client.stats().write_probes;
+
+    server.__vanish().unwrap();
+    // The server never reads: without probes this write waits for credits for ever.
+    let err = guard(
+        "a blocked write to a vanished peer",
+        client.write_all(&[0x5a; 64 * 1024]),
+    )
+    .await
+    .expect_err("a write to a vanished peer must fail");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    let text = err.to_string();
+    assert!(
+        text.contains(&server.local_addr().unwrap().to_string()),
+        "the error names the peer: {text}"
+    );
+    assert!(
+        text.contains("retry"),
+        "the error names the transport cause: {text}"
+    );
+    assert!(
+        client.stats().write_probes > probes_before,
+        "the failure came from a probe"
+    );
+    // The failure is sticky: the next write reports it at once.
+    let again = client
+        .write(b"x")
+        .await
+        .expect_err("the stream stays failed");
+    assert_eq!(again.kind(), io::ErrorKind::TimedOut, "{again}");
+    drop(server);
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_peer_that_does_not_read_is_probed_but_not_failed() {
+    let (mut server, client) = stream_pair(options()).await;
+    let written = fill_until_blocked(&client).await;
+    let before = client.stats().write_probes;
+    let writable = client.writable();
+    tokio::pin!(writable);
+    guard("two probes of a live peer", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(50));
+        loop {
+            tokio::select! {
+                r = &mut writable => panic!("writable with nobody reading: {r:?}"),
+                _ = tick.tick() => if client.stats().write_probes >= before + 2 { return; }
+            }
+        }
+    })
+    .await;
+    // The peer answered every probe: once it reads, the writer goes on.
+    let mut got = vec![0u8; written];
+    guard("read what was written", server.read_exact(&mut got))
+        .await
+        .unwrap();
+    assert!(got.iter().all(|&b| b == 0xa5));
+    guard("writable again", writable).await.unwrap();
+    client.try_write(b"more").unwrap();
+}
