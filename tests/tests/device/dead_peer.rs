@@ -109,3 +109,21 @@ async fn a_live_peer_that_does_not_read_is_probed_but_not_failed() {
     guard("writable again", writable).await.unwrap();
     client.try_write(b"more").unwrap();
 }
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_with_keepalive_learns_that_the_peer_vanished() {
+    let (server, mut client) = stream_pair(options().keepalive(Duration::from_secs(1))).await;
+    server.__vanish().unwrap();
+    let mut buf = [0u8; 16];
+    // Nothing was written and nothing will be: only the keepalive can notice.
+    let err = guard("a blocked read from a vanished peer", client.read(&mut buf))
+        .await
+        .expect_err("a read from a vanished peer must fail, not block or read EOF");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+        err.to_string()
+            .contains(&server.local_addr().unwrap().to_string()),
+        "the error names the peer: {err}"
+    );
+    drop(server);
+}
