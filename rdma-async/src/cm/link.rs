@@ -119,6 +119,14 @@ impl CmLink {
                     tracing::warn!(parent: &self.span, "the RDMA device was removed");
                     state.device_removed = true;
                     state.disconnected = true;
+                    // Moves the queue pair to the error state, so every pending work request
+                    // completes (flushed) and its waiter learns of the removal.
+                    if !state.local_disconnect {
+                        state.local_disconnect = true;
+                        if let Err(e) = self.id.disconnect() {
+                            tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after device removal failed");
+                        }
+                    }
                 }
                 _ => {
                     tracing::debug!(parent: &self.span, event = event.name(), "rdma_cm event on a connection")
@@ -196,6 +204,11 @@ impl CmLink {
         Some(out)
     }
 
+    /// Whether rdma_cm reported the connection's device removed.
+    pub(crate) fn is_device_removed(&self) -> bool {
+        self.state().device_removed
+    }
+
     /// Whether the connection is known to be closed.
     pub(crate) fn is_disconnected(&self) -> bool {
         self.state().disconnected
@@ -234,7 +247,10 @@ impl CmLink {
         let (kind, message) = if state.device_removed {
             (
                 io::ErrorKind::ConnectionAborted,
-                "the RDMA device was removed".to_owned(),
+                format!(
+                    "the RDMA device of the connection to {} was removed",
+                    self.peer
+                ),
             )
         } else if writing {
             (

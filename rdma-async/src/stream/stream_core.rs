@@ -379,6 +379,13 @@ impl StreamCore {
         match ready!(waiter.poll_wait(&self.cq, Some(&self.link), cx, &mut wcs)) {
             Woken::Completions(Ok(n)) => Poll::Ready(self.handle(state, &wcs[..n])),
             Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
+            // Not an orderly close: readers get the removal, never EOF.
+            Woken::Closed(Ok(())) if self.link.is_device_removed() => {
+                let err = self.fatal(state, self.link.closed_error(false));
+                wake(&mut state.read_waker);
+                wake(&mut state.write_waker);
+                Poll::Ready(Err(err))
+            }
             Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
                 tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
                 state.conn.handle_disconnected();
