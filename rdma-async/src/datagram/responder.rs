@@ -18,16 +18,16 @@ use crate::verbs::{CmEvent, CmId};
 
 /// What a socket shares with its responder task.
 #[derive(Debug)]
-pub(crate) struct Shared {
+pub(crate) struct ResponderShared {
     sources: Mutex<Sources>,
     pub(crate) counters: Counters,
     /// How we introduce ourselves: bound port and queue pair number.
     pub(crate) hello: Hello,
 }
 
-impl Shared {
+impl ResponderShared {
     pub(crate) fn new(hello: Hello) -> Self {
-        Shared {
+        ResponderShared {
             sources: Mutex::default(),
             counters: Counters::default(),
             hello,
@@ -43,7 +43,11 @@ impl Shared {
 
 /// Answers SIDR requests on `events` (the bound id's channel) until the channel fails or the
 /// device goes away.
-pub(crate) async fn answer_requests(events: CmEvents, shared: Arc<Shared>, local: SocketAddr) {
+pub(crate) async fn answer_requests(
+    events: CmEvents,
+    shared: Arc<ResponderShared>,
+    local: SocketAddr,
+) {
     loop {
         let mut event = match events.next().await {
             Ok(event) => event,
@@ -66,7 +70,7 @@ pub(crate) async fn answer_requests(events: CmEvents, shared: Arc<Shared>, local
     }
 }
 
-fn answer(event: &mut CmEvent, events: &CmEvents, shared: &Shared, local: SocketAddr) {
+fn answer(event: &mut CmEvent, events: &CmEvents, shared: &ResponderShared, local: SocketAddr) {
     let Some(incoming) = event.incoming.take() else {
         return;
     };

@@ -14,7 +14,7 @@ use super::hello::Hello;
 use super::multicast::{self, Membership};
 use super::options::RDatagramOptions;
 use super::peers::Route;
-use super::responder::{Shared, answer_requests};
+use super::responder::{ResponderShared, answer_requests};
 use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
 use crate::cm::IdOptions;
@@ -69,7 +69,7 @@ pub struct RDatagram {
     routes: Mutex<HashMap<SocketAddr, RouteSlot>>,
     groups: Mutex<HashMap<IpAddr, Membership>>,
     pd: Arc<ProtectionDomain>,
-    shared: Arc<Shared>,
+    shared: Arc<ResponderShared>,
     peer: Mutex<Option<SocketAddr>>,
     local: SocketAddr,
     port_num: u8,
@@ -165,7 +165,7 @@ impl RDatagram {
         // Listening last: peers are answered only once datagrams can be received.
         id.listen(BACKLOG)?;
 
-        let shared = Arc::new(Shared::new(Hello {
+        let shared = Arc::new(ResponderShared::new(Hello {
             port: local.port(),
             qpn: qp.qp_num(),
         }));

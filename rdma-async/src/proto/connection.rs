@@ -11,7 +11,7 @@ use super::receiver::{CreditUpdate, Receiver};
 use super::ring::Segments;
 use super::sender::{Sender, WriteBlocked, WriteCall};
 use super::sge::{ByteOrder, RsSge};
-use super::state::State;
+use super::state::ConnState;
 use super::wr::{SendKind, SendQueue};
 
 /// Where the driver registered this side's remotely writable memory. Addresses and keys are
@@ -88,7 +88,7 @@ pub(crate) struct RecvAction {
 pub(crate) struct Connection {
     config: Config,
     layout: LocalLayout,
-    state: State,
+    state: ConnState,
     sender: Sender,
     receiver: Receiver,
     sends: SendQueue,
@@ -108,7 +108,7 @@ impl Connection {
             ),
             config,
             layout,
-            state: State::default(),
+            state: ConnState::default(),
             sends: SendQueue::default(),
             control: Control::default(),
         }

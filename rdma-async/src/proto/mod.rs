@@ -62,7 +62,7 @@ pub(crate) use imm::{CtrlCode, Op};
 #[cfg(test)]
 pub(crate) use plan::{ControlKind, ControlWrite};
 #[cfg(test)]
-pub(crate) use ring::{Segment, Segments};
+pub(crate) use ring::{RingSegment, Segments};
 #[cfg(test)]
 pub(crate) use sender::WriteBlocked;
 #[cfg(test)]

@@ -2,7 +2,7 @@
 
 /// A contiguous byte range inside one of the driver's buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Segment {
+pub(crate) struct RingSegment {
     /// Offset from the start of the buffer.
     pub(crate) offset: usize,
     /// Length in bytes (never 0 inside a [`Segments`]).
@@ -12,14 +12,14 @@ pub(crate) struct Segment {
 /// Up to two segments: a range that wraps the end of a ring is split in two.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub(crate) struct Segments {
-    segs: [Segment; 2],
+    segs: [RingSegment; 2],
     count: u8,
 }
 
 impl Segments {
     /// No bytes.
     pub(crate) const EMPTY: Segments = Segments {
-        segs: [Segment { offset: 0, len: 0 }; 2],
+        segs: [RingSegment { offset: 0, len: 0 }; 2],
         count: 0,
     };
 
@@ -42,7 +42,7 @@ impl Segments {
             return;
         }
         if let Some(slot) = self.segs.get_mut(usize::from(self.count)) {
-            *slot = Segment {
+            *slot = RingSegment {
                 offset: offset as usize,
                 len: len as usize,
             };
@@ -51,7 +51,7 @@ impl Segments {
     }
 
     /// The segments, in order.
-    pub(crate) fn as_slice(&self) -> &[Segment] {
+    pub(crate) fn as_slice(&self) -> &[RingSegment] {
         &self.segs[..usize::from(self.count)]
     }
 

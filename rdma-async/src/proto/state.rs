@@ -8,7 +8,7 @@ use super::error::ProtoError;
 
 /// Where a connection is.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct State {
+pub(crate) struct ConnState {
     /// The peer's connection data was taken (C's `rs_connected`).
     pub(crate) connected: bool,
     /// Local reads may still see new data (cleared by a peer SHUTDOWN or a local close).
@@ -21,7 +21,7 @@ pub(crate) struct State {
     pub(crate) error: Option<ProtoError>,
 }
 
-impl State {
+impl ConnState {
     /// Peer data taken: connected, readable and writable (C's `rs_connect_rdwr`).
     pub(crate) fn connect(&mut self) {
         self.connected = true;

@@ -277,10 +277,13 @@ fn write_readiness_follows_rs_can_send() {
 #[test]
 fn segments_and_sizes_are_exposed() {
     let s = Segments::in_ring(6, 4, 8);
-    let v: Vec<Segment> = s.as_slice().to_vec();
+    let v: Vec<RingSegment> = s.as_slice().to_vec();
     assert_eq!(
         v,
-        [Segment { offset: 6, len: 2 }, Segment { offset: 0, len: 2 }]
+        [
+            RingSegment { offset: 6, len: 2 },
+            RingSegment { offset: 0, len: 2 }
+        ]
     );
     assert_eq!(
         Op::decode(Op::Ctrl(CtrlCode::Shutdown).encode()).unwrap(),

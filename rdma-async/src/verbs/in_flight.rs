@@ -103,7 +103,7 @@ impl Ticket {
 }
 
 #[derive(Debug)]
-enum State {
+enum SlotState {
     Free,
     Posted { held: Held, waker: Option<Waker> },
     Done { held: Held, wc: WorkCompletion },
@@ -114,11 +114,11 @@ enum State {
 struct Slot {
     generation: u32,
     queue: WorkQueue,
-    state: State,
+    state: SlotState,
 }
 
 #[derive(Debug)]
-struct Slots {
+struct SlotTable {
     slots: Vec<Slot>,
     free: Vec<u32>,
     outstanding: usize,
@@ -127,7 +127,7 @@ struct Slots {
 /// The table of outstanding work requests of one queue pair (or shared receive queue).
 #[derive(Debug)]
 pub(crate) struct InFlightTable {
-    inner: Mutex<Slots>,
+    inner: Mutex<SlotTable>,
     tag: u64,
 }
 
@@ -138,11 +138,11 @@ impl InFlightTable {
             .map(|_| Slot {
                 generation: 0,
                 queue: WorkQueue::Send,
-                state: State::Free,
+                state: SlotState::Free,
             })
             .collect();
         InFlightTable {
-            inner: Mutex::new(Slots {
+            inner: Mutex::new(SlotTable {
                 slots,
                 free: (0..capacity as u32).rev().collect(),
                 outstanding: 0,
@@ -151,7 +151,7 @@ impl InFlightTable {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Slots> {
+    fn lock(&self) -> MutexGuard<'_, SlotTable> {
         // Every update leaves the table consistent before it can panic.
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -182,7 +182,7 @@ impl InFlightTable {
         t.outstanding += 1;
         let slot = &mut t.slots[index as usize];
         slot.queue = queue;
-        slot.state = State::Posted { held, waker: None };
+        slot.state = SlotState::Posted { held, waker: None };
         let ticket = Ticket {
             index,
             generation: slot.generation,
@@ -194,8 +194,8 @@ impl InFlightTable {
     /// Gives the buffers back after posting failed (the work request never reached the device).
     pub(crate) fn take_back(&self, ticket: Ticket) -> Held {
         let mut t = self.lock();
-        match std::mem::replace(&mut t.slots[ticket.index as usize].state, State::Free) {
-            State::Posted { held, .. } => {
+        match std::mem::replace(&mut t.slots[ticket.index as usize].state, SlotState::Free) {
+            SlotState::Posted { held, .. } => {
                 Self::release(&mut t, ticket.index);
                 held
             }
@@ -206,9 +206,9 @@ impl InFlightTable {
         }
     }
 
-    fn release(t: &mut Slots, index: u32) {
+    fn release(t: &mut SlotTable, index: u32) {
         let slot = &mut t.slots[index as usize];
-        slot.state = State::Free;
+        slot.state = SlotState::Free;
         slot.generation = slot.generation.wrapping_add(1) & 0x7fff_ffff;
         t.free.push(index);
         t.outstanding -= 1;
@@ -225,15 +225,15 @@ impl InFlightTable {
             return None;
         }
         let queue = slot.queue;
-        match std::mem::replace(&mut slot.state, State::Free) {
-            State::Posted { held, waker } => {
-                slot.state = State::Done { held, wc: *wc };
+        match std::mem::replace(&mut slot.state, SlotState::Free) {
+            SlotState::Posted { held, waker } => {
+                slot.state = SlotState::Done { held, wc: *wc };
                 if let Some(w) = waker {
                     w.wake();
                 }
                 None
             }
-            State::Abandoned { held } => {
+            SlotState::Abandoned { held } => {
                 Self::release(&mut t, ticket.index);
                 Some((queue, held))
             }
@@ -255,15 +255,16 @@ impl InFlightTable {
         let mut t = self.lock();
         let slot = &mut t.slots[ticket.index as usize];
         match &mut slot.state {
-            State::Posted { waker, .. } => {
+            SlotState::Posted { waker, .. } => {
                 match waker {
                     Some(w) if w.will_wake(cx.waker()) => {}
                     _ => *waker = Some(cx.waker().clone()),
                 }
                 Poll::Pending
             }
-            State::Done { .. } => {
-                let State::Done { held, wc } = std::mem::replace(&mut slot.state, State::Free)
+            SlotState::Done { .. } => {
+                let SlotState::Done { held, wc } =
+                    std::mem::replace(&mut slot.state, SlotState::Free)
                 else {
                     return Poll::Pending;
                 };
@@ -271,7 +272,7 @@ impl InFlightTable {
                 Self::release(&mut t, ticket.index);
                 Poll::Ready((wc, held, queue))
             }
-            State::Free | State::Abandoned { .. } => Poll::Pending,
+            SlotState::Free | SlotState::Abandoned { .. } => Poll::Pending,
         }
     }
 
@@ -285,12 +286,12 @@ impl InFlightTable {
             return None;
         }
         let queue = slot.queue;
-        match std::mem::replace(&mut slot.state, State::Free) {
-            State::Posted { held, .. } => {
-                slot.state = State::Abandoned { held };
+        match std::mem::replace(&mut slot.state, SlotState::Free) {
+            SlotState::Posted { held, .. } => {
+                slot.state = SlotState::Abandoned { held };
                 None
             }
-            State::Done { held, .. } => {
+            SlotState::Done { held, .. } => {
                 Self::release(&mut t, ticket.index);
                 Some((queue, held))
             }

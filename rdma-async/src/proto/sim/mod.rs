@@ -76,7 +76,7 @@ enum Wr {
 
 /// One simulated peer: the protocol core plus its memory and driver bookkeeping.
 #[derive(Debug)]
-pub(crate) struct Side {
+pub(crate) struct SimSide {
     pub(crate) conn: Connection,
     sbuf: Vec<u8>,
     /// How many posted-but-not-completed writes use each send-ring byte (must stay ≤ 1).
@@ -97,7 +97,7 @@ pub(crate) struct Side {
     pub(crate) data_posted: Vec<DataWrite>,
 }
 
-impl Side {
+impl SimSide {
     fn new(index: usize, config: Config) -> Self {
         let layout = LocalLayout {
             rbuf_addr: RBUF_ADDR[index],
@@ -277,7 +277,7 @@ pub(crate) enum ReadOutcome {
 /// Two connected peers and the wires between them (`wires[i]` carries side `i`'s writes).
 #[derive(Debug)]
 pub(crate) struct Pair {
-    pub(crate) sides: [Side; 2],
+    pub(crate) sides: [SimSide; 2],
     wires: [VecDeque<Wr>; 2],
 }
 
@@ -285,7 +285,7 @@ impl Pair {
     /// Two sides with these configs, connected: conn data exchanged through its 40-byte
     /// encoding, as the CM would carry it.
     pub(crate) fn new(a: Config, b: Config) -> Self {
-        let mut sides = [Side::new(0, a), Side::new(1, b)];
+        let mut sides = [SimSide::new(0, a), SimSide::new(1, b)];
         let data = [
             sides[0].conn.local_conn_data().encode(),
             sides[1].conn.local_conn_data().encode(),
@@ -296,7 +296,7 @@ impl Pair {
                 .conn
                 .handle_peer_conn_data(&peer)
                 .expect("peer conn data accepted");
-            // Side i granted its first half to the peer in its conn data (peer slot 0).
+            // SimSide i granted its first half to the peer in its conn data (peer slot 0).
             let half = sides[i].conn.config().rbuf_size() as usize / 2;
             sides[i].grant(0, 0, half);
         }

@@ -26,7 +26,7 @@ fn read_all(pair: &mut Pair, side: usize) -> Vec<u8> {
 #[test]
 fn first_sgl_update_grants_the_second_half_into_slot_1() {
     let mut pair = Pair::new(Config::new(), Config::new());
-    // Side 1's first control poll publishes its second half (C: first rs_process_cq).
+    // SimSide 1's first control poll publishes its second half (C: first rs_process_cq).
     assert_eq!(pair.pump_control(1), 1);
     let c = pair.sides[1].controls_posted[0];
     assert_eq!(
