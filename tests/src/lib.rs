@@ -1,5 +1,7 @@
 //! Helpers shared by the device tests.
 
+pub mod wire;
+
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
