@@ -201,6 +201,52 @@ async fn rdatagram_echo_across_the_wire() {
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multicast_crosses_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    let group: std::net::IpAddr = "239.77.1.10".parse().unwrap();
+    let local = SocketAddr::new(test_ip(), 7605);
+    let socket = RDatagram::bind(local).await.unwrap();
+    // Node 2 joins and sends what reaches it through the group back to us by unicast.
+    let member = PeerJob::start(
+        "mcast-echo",
+        "ready",
+        &[
+            &peer_program(),
+            "mcast-echo",
+            &group.to_string(),
+            &local.to_string(),
+        ],
+    )
+    .await;
+    guard("join", socket.join_multicast(group)).await.unwrap();
+    let mut buf = [0u8; 256];
+    let from = guard("multicast echo", async {
+        loop {
+            socket.send_to(b"to the group", (group, 0)).await.unwrap();
+            let wait = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                socket.recv_from(&mut buf),
+            );
+            if let Ok(r) = wait.await {
+                let (n, from) = r.unwrap();
+                // Our own datagram may come back to us through the group: skip it.
+                if from.ip() == peer {
+                    assert_eq!(&buf[..n], b"to the group");
+                    break from;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(from.ip(), peer);
+    let text = member.stop().await;
+    assert!(
+        text.contains(&format!("group datagram of 12 bytes from {}:", test_ip())),
+        "{text}"
+    );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hyper_http1_and_http2_across_the_wire() {
     let Some(peer) = peer_ip() else { return };
     let addr = SocketAddr::new(peer, 7606);

@@ -8,7 +8,8 @@
 //!                                 it advertises, then per message: "hash" -> FNV of the region,
 //!                                 anything else echoed
 //! wire-peer dgram-echo PORT       RDatagram: every datagram back to its sender
-//! wire-peer mcast-echo GROUP      joins GROUP; every datagram back to its sender (unicast)
+//! wire-peer mcast-echo GROUP ADDR joins GROUP; every group datagram to ADDR (unicast; a group
+//!                                 datagram names its sender's IP but not its port)
 //! ```
 
 use std::io;
@@ -45,7 +46,13 @@ async fn main() -> io::Result<()> {
         "endpoint-echo" => endpoint_echo(port(arg(&args, 2))).await,
         "rdma" => rdma(port(arg(&args, 2)), arg(&args, 3).parse().expect("LEN")).await,
         "dgram-echo" => dgram_echo(port(arg(&args, 2))).await,
-        "mcast-echo" => mcast_echo(arg(&args, 2).parse().expect("GROUP")).await,
+        "mcast-echo" => {
+            mcast_echo(
+                arg(&args, 2).parse().expect("GROUP"),
+                arg(&args, 3).parse().expect("ADDR"),
+            )
+            .await
+        }
         other => {
             eprintln!("wire-peer: unknown role {other}");
             std::process::exit(2)
@@ -165,7 +172,7 @@ async fn dgram_echo(port: u16) -> io::Result<()> {
     }
 }
 
-async fn mcast_echo(group: IpAddr) -> io::Result<()> {
+async fn mcast_echo(group: IpAddr, reply_to: SocketAddr) -> io::Result<()> {
     let socket = RDatagram::bind(SocketAddr::new(local_ip(), 0)).await?;
     socket.join_multicast(group).await?;
     ready(format!("joined {group}"));
@@ -173,8 +180,6 @@ async fn mcast_echo(group: IpAddr) -> io::Result<()> {
     loop {
         let (n, from) = socket.recv_from(&mut buf).await?;
         println!("group datagram of {n} bytes from {from}");
-        let sent = socket.send_to(&buf[..n], from).await;
-        println!("reply to {from}: {sent:?}");
-        sent?;
+        socket.send_to(&buf[..n], reply_to).await?;
     }
 }
