@@ -3,6 +3,8 @@
 //! and other programs ([`tools`]), and RDMA resource counts for the leak tests ([`leaks`]). The
 //! common ones are re-exported here.
 
+pub mod wire;
+
 use std::io;
 
 use rdma_async::error::{CompletionError, cause};

@@ -1,0 +1,185 @@
+//! The node-2 side of the wire tests (`tests/tests/wire*.rs`), started there through
+//! `scripts/on-peer`. Each role serves until it is killed and prints `ready` once it listens.
+//!
+//! ```text
+//! wire-peer stream-echo PORT      RStream echo: every connection's bytes back, then shutdown
+//! wire-peer endpoint-echo PORT    Endpoint: every message back
+//! wire-peer rdma PORT LEN         RdmaConnection: a LEN-byte region (read/write/atomic) that
+//!                                 it advertises, then per message: "hash" -> FNV of the region,
+//!                                 anything else echoed
+//! wire-peer dgram-echo PORT       RDatagram: every datagram back to its sender
+//! wire-peer mcast-echo GROUP ADDR joins GROUP; every group datagram to ADDR (unicast; a group
+//!                                 datagram names its sender's IP but not its port)
+//! ```
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+
+use rdma_async::cm::CmListener;
+use rdma_async::datagram::RDatagram;
+use rdma_async::endpoint::{Endpoint, EndpointOptions};
+use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
+use rdma_async::stream::RListener;
+use rdma_async_tests::wire::Fnv;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn local_ip() -> IpAddr {
+    std::env::var("RDMA_ASYNC_TEST_ADDR")
+        .expect("RDMA_ASYNC_TEST_ADDR")
+        .parse()
+        .expect("RDMA_ASYNC_TEST_ADDR is an IP address")
+}
+
+fn arg(args: &[String], i: usize) -> &str {
+    args.get(i).map(String::as_str).unwrap_or_else(|| {
+        eprintln!("usage: wire-peer ROLE ARGS (see the source)");
+        std::process::exit(2)
+    })
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() -> io::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let role = arg(&args, 1).to_owned();
+    match role.as_str() {
+        "stream-echo" => stream_echo(port(arg(&args, 2))).await,
+        "endpoint-echo" => endpoint_echo(port(arg(&args, 2))).await,
+        "rdma" => rdma(port(arg(&args, 2)), arg(&args, 3).parse().expect("LEN")).await,
+        "dgram-echo" => dgram_echo(port(arg(&args, 2))).await,
+        "mcast-echo" => {
+            mcast_echo(
+                arg(&args, 2).parse().expect("GROUP"),
+                arg(&args, 3).parse().expect("ADDR"),
+            )
+            .await
+        }
+        other => {
+            eprintln!("wire-peer: unknown role {other}");
+            std::process::exit(2)
+        }
+    }
+}
+
+fn port(s: &str) -> u16 {
+    s.parse().expect("PORT")
+}
+
+fn ready(what: impl std::fmt::Display) {
+    println!("ready: {what}");
+}
+
+async fn stream_echo(port: u16) -> io::Result<()> {
+    let listener = RListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    ready(listener.local_addr()?);
+    loop {
+        let (mut stream, peer) = listener.accept().await?;
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 65536];
+            let mut hash = Fnv::default();
+            let mut total = 0u64;
+            let result: io::Result<()> = async {
+                loop {
+                    let n = stream.read(&mut buf).await?;
+                    if n == 0 {
+                        break;
+                    }
+                    hash.update(&buf[..n]);
+                    total += n as u64;
+                    stream.write_all(&buf[..n]).await?;
+                }
+                stream.shutdown().await
+            }
+            .await;
+            println!(
+                "stream from {peer}: {total} bytes, fnv {:016x}, {result:?}",
+                hash.0
+            );
+        });
+    }
+}
+
+async fn endpoint_echo(port: u16) -> io::Result<()> {
+    let listener = CmListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    ready(listener.local_addr());
+    loop {
+        let request = listener.accept_request().await?;
+        let ep = Endpoint::accept(request, &EndpointOptions::new()).await?;
+        tokio::spawn(async move {
+            let mut count = 0u64;
+            let result: io::Result<()> = async {
+                loop {
+                    let msg = ep.recv().await?;
+                    count += 1;
+                    ep.send(&msg).await?;
+                }
+            }
+            .await;
+            println!(
+                "endpoint from {}: {count} messages, {result:?}",
+                ep.peer_addr()
+            );
+        });
+    }
+}
+
+async fn rdma(port: u16, len: usize) -> io::Result<()> {
+    let listener = CmListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    ready(listener.local_addr());
+    loop {
+        let request = listener.accept_request().await?;
+        let conn = RdmaConnection::accept(request, &RdmaOptions::new()).await?;
+        tokio::spawn(async move {
+            let result = serve_rdma(&conn, len).await;
+            println!("rdma from {}: {result:?}", conn.peer_addr());
+        });
+    }
+}
+
+async fn serve_rdma(conn: &RdmaConnection, len: usize) -> io::Result<()> {
+    let region = conn.reg_shared(
+        len,
+        RemoteAccess::READ | RemoteAccess::WRITE | RemoteAccess::ATOMIC,
+    )?;
+    let mut msg = conn.reg_msgs(16)?;
+    msg.copy_from_slice(&region.remote().to_bytes());
+    let (sent, _) = conn.send(msg, ..).await;
+    sent?;
+    let mut inbox = conn.reg_msgs(65536)?;
+    loop {
+        let (got, back) = conn.recv(inbox, ..).await;
+        inbox = back;
+        let n = got?.len();
+        let mut reply = conn.reg_msgs(n.max(8))?;
+        let reply_len = if &inbox[..n] == b"hash" {
+            reply[..8].copy_from_slice(&Fnv::of(&region.to_vec()).to_le_bytes());
+            8
+        } else {
+            reply[..n].copy_from_slice(&inbox[..n]);
+            n
+        };
+        let (sent, _) = conn.send(reply, ..reply_len).await;
+        sent?;
+    }
+}
+
+async fn dgram_echo(port: u16) -> io::Result<()> {
+    let socket = RDatagram::bind(SocketAddr::new(local_ip(), port)).await?;
+    ready(socket.local_addr()?);
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, from) = socket.recv_from(&mut buf).await?;
+        socket.send_to(&buf[..n], from).await?;
+    }
+}
+
+async fn mcast_echo(group: IpAddr, reply_to: SocketAddr) -> io::Result<()> {
+    let socket = RDatagram::bind(SocketAddr::new(local_ip(), 0)).await?;
+    socket.join_multicast(group).await?;
+    ready(format!("joined {group}"));
+    let mut buf = vec![0u8; 65536];
+    loop {
+        let (n, from) = socket.recv_from(&mut buf).await?;
+        println!("group datagram of {n} bytes from {from}");
+        socket.send_to(&buf[..n], reply_to).await?;
+    }
+}

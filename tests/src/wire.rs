@@ -1,0 +1,341 @@
+//! Helpers of the wire tests (`tests/tests/wire*.rs`), which run on node 1 of a
+//! `scripts/softroce --pair` boot while their peers run on node 2 through `scripts/on-peer`.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::Output;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
+use rdma_async::stream::RStream;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::guard;
+
+/// Node 2's address, or `None` (after printing why) when this is not a pair boot and
+/// `RDMA_ASYNC_REQUIRE_DEVICE=1` is not set: under it a missing peer fails the test.
+pub fn peer_ip() -> Option<IpAddr> {
+    match std::env::var("RDMA_ASYNC_PEER_ADDR") {
+        Ok(v) if !v.is_empty() && std::env::var_os("RDMA_ASYNC_PEER_DIR").is_some() => Some(
+            v.parse()
+                .unwrap_or_else(|e| panic!("RDMA_ASYNC_PEER_ADDR={v:?}: {e}")),
+        ),
+        _ if std::env::var("RDMA_ASYNC_REQUIRE_DEVICE").as_deref() == Ok("1") => panic!(
+            "RDMA_ASYNC_PEER_ADDR / RDMA_ASYNC_PEER_DIR are not set: run the wire tests under \
+             scripts/softroce --pair (scripts/test does)"
+        ),
+        _ => {
+            println!("skipped: no peer node (run under scripts/softroce --pair)");
+            None
+        }
+    }
+}
+
+/// The `scripts/on-peer` of this checkout.
+pub fn on_peer_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/on-peer")
+}
+
+/// The `wire-peer` program (this package's binary), next to the test binary's `deps/`.
+pub fn peer_program() -> String {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join("wire-peer");
+    assert!(
+        path.is_file(),
+        "{} was not built (cargo test builds it)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+/// An example program (`RDMA_ASYNC_EXAMPLES`, as `scripts/test` exports it).
+pub fn example(name: &str) -> String {
+    let dir = std::env::var("RDMA_ASYNC_EXAMPLES")
+        .expect("RDMA_ASYNC_EXAMPLES is not set: run through scripts/test, which builds them");
+    let path = PathBuf::from(dir).join(name);
+    assert!(path.is_file(), "example {} was not built", path.display());
+    path.to_string_lossy().into_owned()
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+async fn on_peer_raw(args: &[String]) -> Output {
+    let mut cmd = tokio::process::Command::new(on_peer_script());
+    cmd.args(args).kill_on_drop(true);
+    guard(&format!("on-peer {args:?}"), cmd.output())
+        .await
+        .unwrap_or_else(|e| panic!("run scripts/on-peer: {e}"))
+}
+
+/// Runs `args` on node 2; returns whether it succeeded and what it printed.
+pub async fn on_peer(args: &[&str]) -> (bool, String) {
+    let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let out = on_peer_raw(&args).await;
+    (out.status.success(), text(&out))
+}
+
+/// As [`on_peer`], asserting success.
+pub async fn on_peer_ok(args: &[&str]) -> String {
+    let (ok, text) = on_peer(args).await;
+    assert!(ok, "on node 2: {args:?} failed:\n{text}");
+    text
+}
+
+/// A background command on node 2.
+#[derive(Debug)]
+pub struct PeerJob {
+    name: String,
+    done: bool,
+}
+
+static JOBS: AtomicUsize = AtomicUsize::new(0);
+
+impl PeerJob {
+    /// Starts `args` on node 2 and returns once it printed `ready`.
+    pub async fn start(tag: &str, ready: &str, args: &[&str]) -> PeerJob {
+        let name = format!(
+            "{tag}-{}-{}",
+            std::process::id(),
+            JOBS.fetch_add(1, Ordering::Relaxed)
+        );
+        let mut all: Vec<String> = vec!["--start".into(), name.clone()];
+        if !ready.is_empty() {
+            all.extend(["--ready".into(), ready.into()]);
+        }
+        all.extend(args.iter().map(|s| s.to_string()));
+        let out = on_peer_raw(&all).await;
+        assert!(
+            out.status.success(),
+            "start {args:?} on node 2:\n{}",
+            text(&out)
+        );
+        PeerJob { name, done: false }
+    }
+
+    /// Waits for the job to end; whether it succeeded and what it printed.
+    pub async fn wait(mut self) -> (bool, String) {
+        self.done = true;
+        let out = on_peer_raw(&["--wait".into(), self.name.clone()]).await;
+        (out.status.success(), text(&out))
+    }
+
+    /// Sends `signal` (`KILL`, `TERM`, ...) to the job.
+    pub async fn signal(&self, signal: &str) {
+        let out = on_peer_raw(&["--kill".into(), self.name.clone(), signal.into()]).await;
+        assert!(out.status.success(), "kill {}: {}", self.name, text(&out));
+    }
+
+    /// Ends the job (TERM) and waits for it; returns what it printed.
+    pub async fn stop(self) -> String {
+        self.signal("TERM").await;
+        self.wait().await.1
+    }
+}
+
+impl Drop for PeerJob {
+    fn drop(&mut self) {
+        if !self.done {
+            // A test that failed halfway: do not leave its server running (best effort).
+            let _ = std::process::Command::new(on_peer_script())
+                .args(["--kill", &self.name, "KILL"])
+                .output();
+        }
+    }
+}
+
+/// FNV-1a, 64-bit: both ends hash what they sent and received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    /// Hashes `bytes` into the running value.
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    /// The hash of `bytes` alone.
+    pub fn of(bytes: &[u8]) -> u64 {
+        let mut h = Fnv::default();
+        h.update(bytes);
+        h.0
+    }
+}
+
+/// Deterministic, position-dependent bytes, so misplaced data is caught.
+pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8)
+        .collect()
+}
+
+/// `ip:port` on node 2.
+pub fn peer_addr(ip: IpAddr, port: u16) -> SocketAddr {
+    SocketAddr::new(ip, port)
+}
+
+/// Connects with `connect`, retrying (boundedly) while refused or unreachable: a peer program
+/// just started on node 2 may not listen yet.
+pub async fn connect_retrying<T, F, Fut>(mut connect: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<T>>,
+{
+    let mut last = None;
+    for _ in 0..100 {
+        match guard("connect across the wire", connect()).await {
+            Ok(conn) => return conn,
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                last = Some(e);
+                tokio::task::yield_now().await
+            }
+            Err(e) => panic!("connect across the wire: {e}"),
+        }
+    }
+    panic!("node 2's server never accepted: {last:?}");
+}
+
+/// A netem qdisc on node 1's and node 2's NICs (each impairs what its node sends), removed on
+/// drop.
+#[derive(Debug)]
+pub struct Netem {
+    local_if: String,
+    peer_if: String,
+}
+
+impl Netem {
+    /// `tc qdisc add dev IF root netem SPEC...` on both nodes.
+    pub async fn both(spec: &str) -> Netem {
+        let local_if = std::env::var("RDMA_ASYNC_TEST_IF").expect("RDMA_ASYNC_TEST_IF");
+        let peer_if = std::env::var("RDMA_ASYNC_PEER_IF").expect("RDMA_ASYNC_PEER_IF");
+        let netem = Netem { local_if, peer_if };
+        let spec: Vec<&str> = spec.split_whitespace().collect();
+        let mut local = vec!["qdisc", "replace", "dev", &netem.local_if, "root", "netem"];
+        local.extend(&spec);
+        let out = tokio::process::Command::new("tc")
+            .args(&local)
+            .output()
+            .await
+            .expect("run tc");
+        assert!(out.status.success(), "tc {local:?}: {}", text(&out));
+        let mut peer = vec![
+            "tc",
+            "qdisc",
+            "replace",
+            "dev",
+            &netem.peer_if,
+            "root",
+            "netem",
+        ];
+        peer.extend(&spec);
+        on_peer_ok(&peer).await;
+        netem
+    }
+}
+
+impl Drop for Netem {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("tc")
+            .args(["qdisc", "del", "dev", &self.local_if, "root"])
+            .output();
+        let _ = std::process::Command::new(on_peer_script())
+            .args(["tc", "qdisc", "del", "dev", &self.peer_if, "root"])
+            .output();
+    }
+}
+
+/// Writes `data` through one half while reading the echo through the other, half-closes
+/// after the last byte and reads to EOF: the echo must be `data`, byte for byte.
+pub async fn echo_through(stream: &mut RStream, data: &[u8], chunk: usize) {
+    let (mut rd, mut wr) = tokio::io::split(stream);
+    let writer = async {
+        for piece in data.chunks(chunk) {
+            wr.write_all(piece).await?;
+        }
+        wr.shutdown().await
+    };
+    let reader = async {
+        let mut got = Vec::with_capacity(data.len());
+        rd.read_to_end(&mut got).await?;
+        io::Result::Ok(got)
+    };
+    let (w, r) = tokio::join!(writer, reader);
+    w.expect("write across the wire");
+    let got = r.expect("read the echo");
+    assert_eq!(got.len(), data.len(), "bytes echoed");
+    assert!(got == data, "the echo differs from what was sent");
+}
+
+/// Connects to `wire-peer rdma` and learns its region.
+pub async fn rdma_client(addr: SocketAddr) -> (RdmaConnection, RemoteRegion) {
+    let opts = RdmaOptions::new();
+    let conn = connect_retrying(|| RdmaConnection::connect(addr, &opts)).await;
+    let (got, msg) = guard(
+        "region descriptor",
+        conn.recv(conn.reg_msgs(64).unwrap(), ..),
+    )
+    .await;
+    let n = got.unwrap().len();
+    let remote = RemoteRegion::from_bytes(&msg[..n]).unwrap();
+    (conn, remote)
+}
+
+/// Asks node 2 for the FNV hash of its region.
+pub async fn remote_hash(conn: &RdmaConnection) -> u64 {
+    let mut msg = conn.reg_msgs(4).unwrap();
+    msg.copy_from_slice(b"hash");
+    let recv = conn.recv(conn.reg_msgs(64).unwrap(), ..);
+    let send = conn.send(msg, ..);
+    let ((got, reply), (sent, _)) = guard("hash", async { tokio::join!(recv, send) }).await;
+    sent.unwrap();
+    assert_eq!(got.unwrap().len(), 8);
+    u64::from_le_bytes(reply[..8].try_into().unwrap())
+}
+
+/// Writes `data` over the whole remote region in `chunk`-byte RDMA writes, checks node 2's
+/// hash of it, reads it back in one RDMA read and compares.
+pub async fn rdma_write_read_check(
+    conn: &RdmaConnection,
+    remote: &RemoteRegion,
+    data: &[u8],
+    chunk: usize,
+) {
+    assert_eq!(remote.len() as usize, data.len());
+    let mut src = conn.reg_msgs(data.len()).unwrap();
+    src.copy_from_slice(data);
+    let mut off = 0;
+    while off < data.len() {
+        let n = chunk.min(data.len() - off);
+        let slice = remote.slice(off as u32, n as u32).unwrap();
+        let (r, back) = conn.write(src, off..off + n, slice).await;
+        r.expect("RDMA write across the wire");
+        src = back;
+        off += n;
+    }
+    assert_eq!(
+        remote_hash(conn).await,
+        Fnv::of(data),
+        "node 2's region after the writes"
+    );
+    let (r, dst) = conn
+        .read(conn.reg_msgs(data.len()).unwrap(), .., remote.whole())
+        .await;
+    r.expect("RDMA read across the wire");
+    assert!(dst[..] == data[..], "RDMA read returned other bytes");
+}

@@ -1,0 +1,592 @@
+//! Every transport across a wire: node 1 (these tests) and node 2 (`wire-peer`, the examples
+//! or librdmacm's C tools, started through `scripts/on-peer`) of a `scripts/softroce --pair`
+//! boot, with Soft-RoCE on each end's NIC, so every packet crosses a real (virtual) Ethernet.
+//! Each test starts its own peer program on its own port.
+
+use std::io;
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use rdma_async::datagram::RDatagram;
+use rdma_async::endpoint::{Endpoint, EndpointOptions};
+use rdma_async::integration::hyper::RConnector;
+use rdma_async::stream::{RListener, RStream};
+use rdma_async_tests::wire::{
+    Fnv, PeerJob, connect_retrying, echo_through, example, on_peer, pattern, peer_ip, peer_program,
+    rdma_client, rdma_write_read_check,
+};
+use rdma_async_tests::{guard, test_ip};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_stream::StreamExt;
+
+mod greeter {
+    tonic::include_proto!("greeter");
+}
+use greeter::HelloRequest;
+use greeter::greeter_client::GreeterClient;
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rstream_echo_full_duplex_and_half_close() {
+    let Some(peer) = peer_ip() else { return };
+    let port = "7601";
+    let server = PeerJob::start(
+        "stream-echo",
+        "ready",
+        &[&peer_program(), "stream-echo", port],
+    )
+    .await;
+    let addr = SocketAddr::new(peer, 7601);
+    let mut stream = connect_retrying(|| RStream::connect(addr)).await;
+    assert_eq!(stream.peer_addr().unwrap(), addr);
+    assert_eq!(stream.local_addr().unwrap().ip(), test_ip());
+    let data = pattern(1, 3 << 20);
+    guard("echo of 3 MiB", echo_through(&mut stream, &data, 100_000)).await;
+    let err = stream
+        .write_all(b"x")
+        .await
+        .expect_err("write after shutdown");
+    assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+    drop(stream);
+    // A second connection to the same server: small writes, one at a time.
+    let mut stream = connect_retrying(|| RStream::connect(addr)).await;
+    let small = pattern(2, 5000);
+    guard("echo of small writes", echo_through(&mut stream, &small, 7)).await;
+    drop(stream);
+    let text = server.stop().await;
+    // Node 2 hashed what it received: the same bytes.
+    for (len, bytes) in [(data.len(), &data), (small.len(), &small)] {
+        let line = format!("{len} bytes, fnv {:016x}, Ok(())", Fnv::of(bytes));
+        assert!(text.contains(&line), "node 2 did not log {line:?}:\n{text}");
+    }
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_messages_echo() {
+    let Some(peer) = peer_ip() else { return };
+    let server = PeerJob::start(
+        "endpoint-echo",
+        "ready",
+        &[&peer_program(), "endpoint-echo", "7602"],
+    )
+    .await;
+    let addr = SocketAddr::new(peer, 7602);
+    let opts = EndpointOptions::new();
+    let ep = connect_retrying(|| Endpoint::connect(addr, &opts)).await;
+    assert_eq!(ep.peer_addr(), addr);
+    let max = ep.max_message_size();
+    let sizes = [1usize, 2, 64, 1000, 1024, 1025, max - 1, max];
+    for (i, &n) in sizes.iter().enumerate() {
+        let msg = pattern(i as u64, n);
+        guard("send", ep.send(&msg)).await.unwrap();
+        let back = guard("recv", ep.recv()).await.unwrap();
+        assert!(
+            back[..] == msg[..],
+            "message {i} ({n} bytes) came back different"
+        );
+    }
+    // Several in flight before the first echo is read.
+    for i in 0..20u8 {
+        guard("send", ep.send(&[i; 300])).await.unwrap();
+    }
+    for i in 0..20u8 {
+        assert_eq!(guard("recv", ep.recv()).await.unwrap()[..], [i; 300]);
+    }
+    drop(ep);
+    let text = server.stop().await;
+    assert!(
+        text.contains(&format!("{} messages", sizes.len() + 20)),
+        "{text}"
+    );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdma_connection_send_recv_write_read_and_atomics() {
+    let Some(peer) = peer_ip() else { return };
+    const LEN: usize = 1 << 20;
+    let server = PeerJob::start(
+        "rdma",
+        "ready",
+        &[&peer_program(), "rdma", "7603", &LEN.to_string()],
+    )
+    .await;
+    let (conn, remote) = rdma_client(SocketAddr::new(peer, 7603)).await;
+    // send / recv: node 2 echoes each message.
+    for (i, n) in [1usize, 100, 4096, 65_536].into_iter().enumerate() {
+        let mut out = conn.reg_msgs(n).unwrap();
+        out.copy_from_slice(&pattern(10 + i as u64, n));
+        let recv = conn.recv(conn.reg_msgs(65_536).unwrap(), ..);
+        let send = conn.send(out, ..);
+        let ((got, inbox), (sent, out)) = guard("echo", async { tokio::join!(recv, send) }).await;
+        sent.unwrap();
+        assert_eq!(got.unwrap().len(), n);
+        assert!(
+            inbox[..n] == out[..],
+            "message of {n} bytes came back different"
+        );
+    }
+    // One-sided writes and reads over all of the region, twice with different data.
+    guard(
+        "write/read 1 MiB",
+        rdma_write_read_check(&conn, &remote, &pattern(20, LEN), 65_536),
+    )
+    .await;
+    guard(
+        "write/read 1 MiB in odd chunks",
+        rdma_write_read_check(&conn, &remote, &pattern(21, LEN), 9_999),
+    )
+    .await;
+    // Atomics on the first word.
+    let word = remote.slice(0, 8).unwrap();
+    let mut buf = conn.reg_msgs(8).unwrap();
+    buf.copy_from_slice(&100u64.to_ne_bytes());
+    let (r, buf) = conn.write(buf, .., word).await;
+    r.unwrap();
+    if conn.supports_atomics() {
+        let (old, buf) = conn.fetch_and_add(buf, 0, word, 5).await;
+        assert_eq!(old.unwrap(), 100);
+        let (old, buf) = conn.compare_and_swap(buf, 0, word, 1, 9).await;
+        assert_eq!(old.unwrap(), 105, "a failed compare leaves the word");
+        let (old, buf) = conn.compare_and_swap(buf, 0, word, 105, 7).await;
+        assert_eq!(old.unwrap(), 105);
+        let (r, buf) = conn.read(buf, .., word).await;
+        r.unwrap();
+        assert_eq!(u64::from_ne_bytes(buf[..8].try_into().unwrap()), 7);
+    }
+    drop(conn);
+    server.stop().await;
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdatagram_echo_across_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    let server = PeerJob::start(
+        "dgram-echo",
+        "ready",
+        &[&peer_program(), "dgram-echo", "7604"],
+    )
+    .await;
+    let target = SocketAddr::new(peer, 7604);
+    let socket = RDatagram::bind(SocketAddr::new(test_ip(), 0))
+        .await
+        .unwrap();
+    let max = socket.max_datagram();
+    let mut buf = vec![0u8; max + 1];
+    for (i, n) in [0usize, 1, 100, 1000, max].into_iter().enumerate() {
+        let msg = pattern(30 + i as u64, n);
+        // Datagrams may be lost (the first one resolves the route): resend until echoed.
+        let (got, from) = guard("datagram echo", async {
+            loop {
+                socket.send_to(&msg, target).await.unwrap();
+                let wait = tokio::time::timeout(
+                    std::time::Duration::from_secs(5),
+                    socket.recv_from(&mut buf),
+                );
+                if let Ok(r) = wait.await {
+                    break r.unwrap();
+                }
+            }
+        })
+        .await;
+        assert_eq!(from, target);
+        assert!(
+            buf[..got] == msg[..],
+            "datagram of {n} bytes came back different"
+        );
+    }
+    drop(socket);
+    server.stop().await;
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multicast_crosses_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    let group: std::net::IpAddr = "239.77.1.10".parse().unwrap();
+    let local = SocketAddr::new(test_ip(), 7605);
+    let socket = RDatagram::bind(local).await.unwrap();
+    // Node 2 joins and sends what reaches it through the group back to us by unicast.
+    let member = PeerJob::start(
+        "mcast-echo",
+        "ready",
+        &[
+            &peer_program(),
+            "mcast-echo",
+            &group.to_string(),
+            &local.to_string(),
+        ],
+    )
+    .await;
+    guard("join", socket.join_multicast(group)).await.unwrap();
+    let mut buf = [0u8; 256];
+    let from = guard("multicast echo", async {
+        loop {
+            socket.send_to(b"to the group", (group, 0)).await.unwrap();
+            let wait = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                socket.recv_from(&mut buf),
+            );
+            if let Ok(r) = wait.await {
+                let (n, from) = r.unwrap();
+                // Our own datagram may come back to us through the group: skip it.
+                if from.ip() == peer {
+                    assert_eq!(&buf[..n], b"to the group");
+                    break from;
+                }
+            }
+        }
+    })
+    .await;
+    assert_eq!(from.ip(), peer);
+    let text = member.stop().await;
+    assert!(
+        text.contains(&format!("group datagram of 12 bytes from {}:", test_ip())),
+        "{text}"
+    );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hyper_http1_and_http2_across_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    let addr = SocketAddr::new(peer, 7606);
+    let server = PeerJob::start(
+        "http-server",
+        "listening on",
+        &[&example("http_server"), &addr.to_string()],
+    )
+    .await;
+    for http2 in [false, true] {
+        let client = Client::builder(TokioExecutor::new())
+            .http2_only(http2)
+            .build::<_, Empty<Bytes>>(RConnector::new());
+        for i in 0..5 {
+            let uri: http::Uri = format!("http://{addr}/wire/{i}").parse().unwrap();
+            let response = guard("request", client.get(uri)).await.expect("response");
+            assert_eq!(response.status(), 200);
+            let want = if http2 {
+                http::Version::HTTP_2
+            } else {
+                http::Version::HTTP_11
+            };
+            assert_eq!(response.version(), want);
+            let body = guard("body", response.into_body().collect())
+                .await
+                .unwrap()
+                .to_bytes();
+            let body = String::from_utf8_lossy(&body);
+            assert!(
+                body.contains(&format!("you asked for /wire/{i} over RDMA"))
+                    && body.contains(&format!("hello {}:", test_ip())),
+                "{body}"
+            );
+        }
+    }
+    server.stop().await;
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tonic_unary_and_streaming_across_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    let addr = SocketAddr::new(peer, 7607);
+    let server = PeerJob::start(
+        "greeter",
+        "greeter listening",
+        &[&example("greeter_server"), &addr.to_string()],
+    )
+    .await;
+    let channel = connect_retrying(|| async {
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_with_connector(RConnector::new())
+            .await
+            .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))
+    })
+    .await;
+    let mut client = GreeterClient::new(channel);
+    let reply = guard(
+        "unary",
+        client.say_hello(HelloRequest {
+            name: "wire".into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap();
+    assert_eq!(reply.into_inner().message, "Hello wire!");
+    // Server streaming.
+    let mut replies = guard(
+        "server stream",
+        client.say_hello_stream(HelloRequest {
+            name: "wire".into(),
+            count: 200,
+            ..Default::default()
+        }),
+    )
+    .await
+    .unwrap()
+    .into_inner();
+    let mut n = 0;
+    while let Some(r) = guard("stream item", replies.next()).await {
+        let r = r.unwrap();
+        assert_eq!(r.index, n);
+        assert_eq!(r.message, format!("Hello wire, #{n}"));
+        n += 1;
+    }
+    assert_eq!(n, 200);
+    // Bidirectional streaming with payloads.
+    let requests = tokio_stream::iter(0..100u32).map(|i| HelloRequest {
+        name: format!("m{i}"),
+        payload: pattern(u64::from(i), 1000 + i as usize),
+        ..Default::default()
+    });
+    let mut replies = guard("chat", client.chat(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut n = 0u32;
+    while let Some(r) = guard("chat item", replies.next()).await {
+        let r = r.unwrap();
+        assert_eq!(r.message, format!("Hello m{n}!"));
+        assert_eq!(r.payload, pattern(u64::from(n), 1000 + n as usize));
+        n += 1;
+    }
+    assert_eq!(n, 100);
+    let text = server.stop().await;
+    assert!(
+        text.contains(&format!("greeting wire from Some({}:", test_ip())),
+        "{text}"
+    );
+}
+
+// ---- librdmacm's C tools on the other node ---------------------------------------------------
+
+/// rstream's `-T v` data: one running byte counter per direction.
+#[derive(Default)]
+struct Counter(u8);
+
+impl Counter {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for b in buf {
+            *b = self.0;
+            self.0 = self.0.wrapping_add(1);
+        }
+    }
+
+    fn check(&mut self, buf: &[u8]) {
+        for (i, &b) in buf.iter().enumerate() {
+            assert_eq!(b, self.0, "rstream -T v data mismatch at byte {i}");
+            self.0 = self.0.wrapping_add(1);
+        }
+    }
+}
+
+/// One side of C rstream's custom run: a 16-byte sync, then `iters` rounds of `xfers`
+/// transfers of `size` bytes client→server followed by the same server→client.
+async fn rstream_exchange(
+    stream: &mut RStream,
+    client: bool,
+    size: usize,
+    xfers: usize,
+    iters: usize,
+) {
+    let (mut tx, mut rx) = (Counter::default(), Counter::default());
+    let mut buf = vec![0u8; size.max(16)];
+    for sending in if client { [true, false] } else { [false, true] } {
+        if sending {
+            tx.fill(&mut buf[..16]);
+            stream.write_all(&buf[..16]).await.unwrap();
+        } else {
+            stream.read_exact(&mut buf[..16]).await.unwrap();
+            rx.check(&buf[..16]);
+        }
+    }
+    for _ in 0..iters {
+        for sending in [client, !client] {
+            for _ in 0..xfers {
+                if sending {
+                    tx.fill(&mut buf[..size]);
+                    stream.write_all(&buf[..size]).await.unwrap();
+                } else {
+                    stream.read_exact(&mut buf[..size]).await.unwrap();
+                    rx.check(&buf[..size]);
+                }
+            }
+        }
+    }
+}
+
+const RSTREAM_RUN: [(usize, usize, usize); 2] = [(64, 100, 4), (65_536, 20, 2)];
+
+fn rstream_args(size: usize, xfers: usize, iters: usize) -> Vec<String> {
+    [
+        "-T",
+        "b",
+        "-T",
+        "v",
+        "-S",
+        &size.to_string(),
+        "-C",
+        &xfers.to_string(),
+        "-I",
+        &iters.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_rstream_client_with_c_rstream_server_across_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    for (i, (size, xfers, iters)) in RSTREAM_RUN.into_iter().enumerate() {
+        let port = 7610 + i as u16;
+        let mut args = rstream_args(size, xfers, iters);
+        args.extend(["-b".into(), peer.to_string(), "-p".into(), port.to_string()]);
+        let mut argv: Vec<&str> = vec!["rstream"];
+        argv.extend(args.iter().map(String::as_str));
+        let server = PeerJob::start("c-rstream-server", "", &argv).await;
+        let addr = SocketAddr::new(peer, port);
+        let mut stream = connect_retrying(|| RStream::connect(addr)).await;
+        guard(
+            "exchange with C rstream on node 2",
+            rstream_exchange(&mut stream, true, size, xfers, iters),
+        )
+        .await;
+        drop(stream);
+        let (ok, text) = server.wait().await;
+        assert!(
+            ok && text.contains("Gb/sec"),
+            "C rstream on node 2:\n{text}"
+        );
+    }
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rstream_client_across_the_wire_with_our_server() {
+    let Some(_peer) = peer_ip() else { return };
+    for (size, xfers, iters) in RSTREAM_RUN {
+        let listener = RListener::bind(SocketAddr::new(test_ip(), 0))
+            .await
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut args = rstream_args(size, xfers, iters);
+        args.extend([
+            "-s".into(),
+            addr.ip().to_string(),
+            "-p".into(),
+            addr.port().to_string(),
+        ]);
+        let mut argv: Vec<&str> = vec!["rstream"];
+        argv.extend(args.iter().map(String::as_str));
+        let client = PeerJob::start("c-rstream-client", "", &argv).await;
+        let (mut stream, from) = guard("accept C rstream", listener.accept()).await.unwrap();
+        assert_eq!(from.ip(), _peer);
+        guard(
+            "exchange with C rstream on node 2",
+            rstream_exchange(&mut stream, false, size, xfers, iters),
+        )
+        .await;
+        let mut rest = Vec::new();
+        guard("EOF from C rstream", stream.read_to_end(&mut rest))
+            .await
+            .unwrap();
+        assert!(rest.is_empty());
+        drop(stream);
+        let (ok, text) = client.wait().await;
+        assert!(
+            ok && text.contains("Gb/sec"),
+            "C rstream on node 2:\n{text}"
+        );
+    }
+}
+
+#[path = "../../examples/rping.rs"]
+#[allow(dead_code)]
+mod rping_example;
+
+const PINGS: usize = 10;
+const PING_SIZE: usize = 100;
+
+fn rping_args(line: &str) -> rping_example::Args {
+    rping_example::parse_args(line.split_whitespace().map(str::to_owned)).expect("rping flags")
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_rping_client_across_the_wire_with_our_server() {
+    let Some(_peer) = peer_ip() else { return };
+    let listener = rdma_async_tests::listener().await;
+    let addr = listener.local_addr();
+    let server_args = rping_args(&format!("-s -V -S {PING_SIZE}"));
+    let server =
+        tokio::spawn(async move { rping_example::serve_listener(&server_args, listener).await });
+    let (ok, text) = on_peer(&[
+        "rping",
+        "-c",
+        "-vV",
+        "-a",
+        &addr.ip().to_string(),
+        "-p",
+        &addr.port().to_string(),
+        "-C",
+        &PINGS.to_string(),
+        "-S",
+        &PING_SIZE.to_string(),
+    ])
+    .await;
+    assert!(ok, "C rping on node 2:\n{text}");
+    let pings: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("ping data: "))
+        .collect();
+    assert_eq!(pings.len(), PINGS, "{text}");
+    assert!(pings[0].starts_with("rdma-ping-0: ABCDEFG"), "{text}");
+    assert!(pings.iter().all(|p| p.len() == PING_SIZE - 1), "{text}");
+    guard("our rping server", server)
+        .await
+        .unwrap()
+        .expect("our rping server");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn our_rping_client_with_c_rping_server_across_the_wire() {
+    let Some(peer) = peer_ip() else { return };
+    let server = PeerJob::start(
+        "c-rping-server",
+        "",
+        &[
+            "rping",
+            "-s",
+            "-v",
+            "-S",
+            &PING_SIZE.to_string(),
+            "-a",
+            &peer.to_string(),
+            "-p",
+            "7615",
+        ],
+    )
+    .await;
+    let client_args = rping_args(&format!(
+        "-c -V -a {peer} -p 7615 -C {PINGS} -S {PING_SIZE}"
+    ));
+    let mut result = Err(io::Error::other("not started"));
+    for _ in 0..100 {
+        result = guard("our rping client", rping_example::run_client(&client_args)).await;
+        match &result {
+            Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+                tokio::task::yield_now().await
+            }
+            _ => break,
+        }
+    }
+    result.expect("our rping client (validating every echo)");
+    let (ok, text) = server.wait().await;
+    assert!(ok, "C rping server on node 2:\n{text}");
+    let pings: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("server ping data: "))
+        .collect();
+    assert_eq!(pings.len(), PINGS, "{text}");
+    assert!(pings[0].starts_with("rdma-ping-0: ABCDEFG"), "{text}");
+}
