@@ -1,0 +1,131 @@
+//! A peer host that vanishes without a word: `tc netem loss 100%` on both nodes' NICs after the
+//! connections are set up, with the crate's default options (no ACK timeout set, 6 transport
+//! retries). A writer blocked on credits (nothing in flight: only its probes can notice), a
+//! reader with keepalive, and an RDMA write each end with `TimedOut` naming the peer; once the
+//! wire is back, the process connects again and moves data.
+//!
+//! Bound: a probe (or keepalive) within 1 s, then the transport's retries: on Soft-RoCE with
+//! rdma_cm's default ACK timeout (exponent 19, about 2.1 s a try) about 7 × 2.1 s ≈ 15 s.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::wire::{
+    Netem, PeerJob, connect_retrying, echo_through, pattern, peer_ip, peer_program, rdma_client,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Hang guard (a bound for the test, not a timing assertion).
+const VANISHED: Duration = Duration::from_secs(120);
+
+async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(VANISHED, fut)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not end within {VANISHED:?}"))
+}
+
+fn assert_timed_out(err: &std::io::Error, peer: SocketAddr, what: &str, since: Instant) {
+    eprintln!(
+        "{what}: {:?} after the wire went dead: {err}",
+        since.elapsed()
+    );
+    assert_eq!(err.kind(), std::io::ErrorKind::TimedOut, "{what}: {err}");
+    assert!(
+        err.to_string().contains(&peer.ip().to_string()),
+        "{what}: the error names the peer: {err}"
+    );
+}
+
+/// Writes until the peer's credits run out and every posted work request completed: blocked
+/// with nothing in flight. The echo peer stops reading once nobody reads its echo.
+async fn fill_until_blocked(stream: &RStream) {
+    let chunk = vec![0x3cu8; 64 << 10];
+    bounded("filling the peer's ring", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        loop {
+            match stream.try_write(&chunk) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    let stats = stream.stats();
+                    if stats.send_completions == stats.post_send_calls {
+                        return;
+                    }
+                    tick.tick().await;
+                }
+                Err(e) => panic!("writing to a live peer failed: {e}"),
+            }
+        }
+    })
+    .await;
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes() {
+    let Some(peer) = peer_ip() else { return };
+    let port = 7640;
+    let echo = PeerJob::start(
+        "vanish-echo",
+        "ready",
+        &[&peer_program(), "stream-echo", &port.to_string()],
+    )
+    .await;
+    let rdma_peer = PeerJob::start(
+        "vanish-rdma",
+        "ready",
+        &[&peer_program(), "rdma", &(port + 1).to_string(), "4096"],
+    )
+    .await;
+    let addr = SocketAddr::new(peer, port);
+    let mut writer = connect_retrying(|| RStream::connect(addr)).await;
+    let keepalive = RStreamOptions::new().keepalive(Duration::from_secs(1));
+    let mut reader = connect_retrying(|| RStream::connect_with(addr, &keepalive)).await;
+    let (conn, remote) = rdma_client(SocketAddr::new(peer, port + 1)).await;
+    fill_until_blocked(&writer).await;
+
+    let netem = Netem::both("loss 100%").await;
+    let dead = Instant::now();
+    let mut buf = [0u8; 64];
+    let src = conn.reg_msgs(4096).unwrap();
+    let (written, read, (rdma, _)) = bounded("operations on a vanished host", async {
+        tokio::join!(
+            writer.write_all(&[0x5a; 64 << 10]),
+            reader.read(&mut buf),
+            conn.write(src, .., remote.whole()),
+        )
+    })
+    .await;
+    assert_timed_out(
+        &written.expect_err("a blocked write to a vanished host"),
+        addr,
+        "blocked writer",
+        dead,
+    );
+    assert_timed_out(
+        &read.expect_err("a keepalive reader of a vanished host"),
+        addr,
+        "keepalive reader",
+        dead,
+    );
+    assert_timed_out(
+        &rdma.expect_err("an RDMA write to a vanished host"),
+        addr,
+        "RDMA write",
+        dead,
+    );
+    assert!(writer.stats().write_probes > 0, "the writer probed");
+    drop((writer, reader, conn));
+    drop(netem);
+
+    // The wire is back: the same process connects again and moves data intact.
+    let mut again = connect_retrying(|| RStream::connect(addr)).await;
+    let data = pattern(40, 64 << 10);
+    bounded(
+        "echo after the wire came back",
+        echo_through(&mut again, &data, 16 << 10),
+    )
+    .await;
+    drop(again);
+    echo.stop().await;
+    rdma_peer.stop().await;
+}
