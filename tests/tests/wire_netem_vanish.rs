@@ -89,12 +89,18 @@ async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes
     let src = conn.reg_msgs(4096).unwrap();
     let (written, read, (rdma, _)) = bounded("operations on a vanished host", async {
         tokio::join!(
-            writer.write_all(&[0x5a; 64 << 10]),
+            // Keeps writing: what fits in credits already granted is posted; then it blocks.
+            async {
+                loop {
+                    writer.write_all(&[0x5a; 64 << 10]).await?;
+                }
+            },
             reader.read(&mut buf),
             conn.write(src, .., remote.whole()),
         )
     })
     .await;
+    let written: std::io::Result<()> = written;
     assert_timed_out(
         &written.expect_err("a blocked write to a vanished host"),
         addr,
