@@ -14,6 +14,7 @@ use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::{RListener, RStream};
+use rdma_async_tests::rstream_peer::rstream_exchange;
 use rdma_async_tests::wire::{
     Fnv, PeerJob, connect_retrying, echo_through, example, on_peer, pattern, peer_ip, peer_program,
     rdma_client, rdma_write_read_check,
@@ -360,61 +361,6 @@ async fn tonic_unary_and_streaming_across_the_wire() {
 }
 
 // ---- librdmacm's C tools on the other node ---------------------------------------------------
-
-/// rstream's `-T v` data: one running byte counter per direction.
-#[derive(Default)]
-struct Counter(u8);
-
-impl Counter {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.0;
-            self.0 = self.0.wrapping_add(1);
-        }
-    }
-
-    fn check(&mut self, buf: &[u8]) {
-        for (i, &b) in buf.iter().enumerate() {
-            assert_eq!(b, self.0, "rstream -T v data mismatch at byte {i}");
-            self.0 = self.0.wrapping_add(1);
-        }
-    }
-}
-
-/// One side of C rstream's custom run: a 16-byte sync, then `iters` rounds of `xfers`
-/// transfers of `size` bytes client→server followed by the same server→client.
-async fn rstream_exchange(
-    stream: &mut RStream,
-    client: bool,
-    size: usize,
-    xfers: usize,
-    iters: usize,
-) {
-    let (mut tx, mut rx) = (Counter::default(), Counter::default());
-    let mut buf = vec![0u8; size.max(16)];
-    for sending in if client { [true, false] } else { [false, true] } {
-        if sending {
-            tx.fill(&mut buf[..16]);
-            stream.write_all(&buf[..16]).await.unwrap();
-        } else {
-            stream.read_exact(&mut buf[..16]).await.unwrap();
-            rx.check(&buf[..16]);
-        }
-    }
-    for _ in 0..iters {
-        for sending in [client, !client] {
-            for _ in 0..xfers {
-                if sending {
-                    tx.fill(&mut buf[..size]);
-                    stream.write_all(&buf[..size]).await.unwrap();
-                } else {
-                    stream.read_exact(&mut buf[..size]).await.unwrap();
-                    rx.check(&buf[..size]);
-                }
-            }
-        }
-    }
-}
 
 const RSTREAM_RUN: [(usize, usize, usize); 2] = [(64, 100, 4), (65_536, 20, 2)];
 

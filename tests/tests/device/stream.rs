@@ -5,6 +5,7 @@ use std::io;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::pairs::stream_pair_on;
+use rdma_async_tests::rstream_peer::{Counter, recv, rstream_exchange, send};
 use rdma_async_tests::tools::finish_tool_printing;
 use rdma_async_tests::{
     argv, connect_when_listening, guard, rlistener, rlistener_with, spawn_tool, stream_pair,
@@ -128,70 +129,6 @@ async fn dropped_peer_reads_as_eof_after_its_data() {
 }
 
 // ---- interop with librdmacm's C rstream ------------------------------------------------------
-
-/// rstream's `-T v` data: one running byte counter per direction, from process start.
-#[derive(Default)]
-struct Counter(u8);
-
-impl Counter {
-    fn fill(&mut self, buf: &mut [u8]) {
-        for b in buf {
-            *b = self.0;
-            self.0 = self.0.wrapping_add(1);
-        }
-    }
-
-    fn check(&mut self, buf: &[u8]) {
-        for (i, &b) in buf.iter().enumerate() {
-            assert_eq!(b, self.0, "rstream -T v data mismatch at byte {i}");
-            self.0 = self.0.wrapping_add(1);
-        }
-    }
-}
-
-/// One side of rstream's exchange: 16-byte sync, then `iters` rounds of `xfers` transfers of
-/// `size` bytes client→server followed by the same server→client.
-async fn rstream_exchange(
-    stream: &mut RStream,
-    client: bool,
-    size: usize,
-    xfers: usize,
-    iters: usize,
-) {
-    let (mut tx, mut rx) = (Counter::default(), Counter::default());
-    let mut buf = vec![0u8; size.max(16)];
-    if client {
-        send(stream, &mut tx, &mut buf[..16]).await;
-        recv(stream, &mut rx, &mut buf[..16]).await;
-    } else {
-        recv(stream, &mut rx, &mut buf[..16]).await;
-        send(stream, &mut tx, &mut buf[..16]).await;
-    }
-    for _ in 0..iters {
-        for sending in [client, !client] {
-            for _ in 0..xfers {
-                if sending {
-                    send(stream, &mut tx, &mut buf[..size]).await;
-                } else {
-                    recv(stream, &mut rx, &mut buf[..size]).await;
-                }
-            }
-        }
-    }
-}
-
-async fn send(stream: &mut RStream, tx: &mut Counter, buf: &mut [u8]) {
-    tx.fill(buf);
-    stream.write_all(buf).await.expect("send to C rstream");
-}
-
-async fn recv(stream: &mut RStream, rx: &mut Counter, buf: &mut [u8]) {
-    stream
-        .read_exact(buf)
-        .await
-        .expect("receive from C rstream");
-    rx.check(buf);
-}
 
 /// Runs C rstream with `-T b -T v` (blocking, verified data), `-S size -C xfers -I iters`, then
 /// `extra`, then `end` (where it listens or connects).
