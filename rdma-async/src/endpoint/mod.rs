@@ -8,6 +8,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use tokio::net::ToSocketAddrs;
@@ -46,6 +47,8 @@ pub struct Endpoint {
     max_message_size: usize,
     /// The inline limit the queue pair really got.
     max_inline: usize,
+    /// How often a waiting `recv` probes the peer ([`EndpointOptions::keepalive`]).
+    keepalive: Option<Duration>,
 }
 
 /// What `build` creates between route resolution and connect/accept.
@@ -187,6 +190,7 @@ impl Endpoint {
             qp: parts.qp,
             max_message_size: options.max_message_size,
             max_inline,
+            keepalive: options.keepalive,
         })
     }
 
@@ -226,6 +230,18 @@ impl Endpoint {
     #[doc(hidden)]
     pub fn __ack_timeout(&self) -> io::Result<u8> {
         self.link.qp_ack_timeout()
+    }
+
+    /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
+    /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_modify_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __vanish(&self) -> io::Result<()> {
+        self.qp.set_error()
     }
 
     /// Sends one message. Returns once it is handed to the device (like a socket write); waits
@@ -310,13 +326,64 @@ impl Endpoint {
     /// future was pending waits for the next call.
     pub async fn recv(&self) -> io::Result<Bytes> {
         let mut slots = self.recv.lock().await;
-        self.recv
-            .fill(&mut slots, Some(&self.link), &mut |s, wc| {
-                self.reap_recv(s, wc)
-            })
-            .await?;
+        let mut probes = self
+            .keepalive
+            .map(|t| tokio::time::interval_at(tokio::time::Instant::now() + t, t));
+        let reap = &mut |s: &mut Slots<Bytes, ()>, wc: &WorkCompletion| self.reap_recv(s, wc);
+        loop {
+            let fill = self.recv.fill(&mut slots, Some(&self.link), reap);
+            match &mut probes {
+                None => break fill.await?,
+                // `fill` is cancel safe: a probe restarts it without losing anything.
+                Some(probes) => tokio::select! {
+                    filled = fill => break filled?,
+                    _ = probes.tick() => self.probe(),
+                },
+            }
+        }
         // Messages that completed before a disconnect are taken before it is reported.
         Ok(slots.ready.pop_front().unwrap_or_default())
+    }
+
+    /// Posts a keepalive (a 0-byte RDMA write, to address 0 with rkey 0 as rsockets does) from a
+    /// free send slot. A dead peer fails it, which moves the queue pair to the error state; the
+    /// flushed receives then report that failure ([`Self::send_failure`]). With every slot in
+    /// flight there is nothing to do: those sends notice a dead peer themselves.
+    fn probe(&self) {
+        let Ok(mut slots) = self.send.try_lock() else {
+            return;
+        };
+        let reap = &mut |s: &mut Slots<(), ()>, wc: &WorkCompletion| self.reap_send(s, wc);
+        if self.send.reap_queued(&mut slots, reap).is_err() || self.send.error().is_set() {
+            return;
+        }
+        let Some(slot) = slots.free.pop() else {
+            return;
+        };
+        let req = WorkRequest {
+            wr_id: slot as u64,
+            opcode: Opcode::Write {
+                remote_addr: 0,
+                rkey: 0,
+                imm: None,
+            },
+            payload: Payload::Empty,
+            signaled: true,
+        };
+        if let Err(e) = self.qp.post(&req) {
+            slots.free.push(slot);
+            tracing::debug!(parent: self.link.span(), error = %e, "posting a keepalive failed");
+        }
+    }
+
+    /// The send side's failure, reaping what already completed there (when no sender is busy
+    /// with it): why the receives were flushed, if a send (or a keepalive) failed.
+    fn send_failure(&self) -> Option<io::Error> {
+        if let Ok(mut slots) = self.send.try_lock() {
+            let reap = &mut |s: &mut Slots<(), ()>, wc: &WorkCompletion| self.reap_send(s, wc);
+            let _ = self.send.reap_queued(&mut slots, reap);
+        }
+        self.send.error().report()
     }
 
     /// A receive completed: copy the message out and post the slot again.
@@ -324,8 +391,11 @@ impl Endpoint {
         let max = self.max_message_size;
         let slot = wc.wr_id as usize;
         if wc.status == WcStatus::FLUSH {
-            // The queue pair is in the error state: the disconnect (or an earlier error)
-            // is what to report.
+            // The queue pair is in the error state: after a disconnect the link reports it;
+            // after a failed send (the peer timed out) nothing else would, so take its cause.
+            if let Some(e) = self.send_failure() {
+                self.recv.error().set(e);
+            }
             return;
         }
         if !wc.status.is_success() {

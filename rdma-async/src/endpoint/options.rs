@@ -16,6 +16,7 @@ pub struct EndpointOptions {
     pub(super) recv_depth: u32,
     pub(super) max_inline: u32,
     pub(super) busy_poll: Duration,
+    pub(super) keepalive: Option<Duration>,
     pub(super) dial: DialOptions,
     pub(super) params: ConnParams,
 }
@@ -28,6 +29,7 @@ impl Default for EndpointOptions {
             recv_depth: 16,
             max_inline: 64,
             busy_poll: Duration::from_micros(10),
+            keepalive: None,
             dial: DialOptions::default(),
             params: ConnParams::default(),
         }
@@ -68,6 +70,15 @@ impl EndpointOptions {
     /// How long an empty completion queue is polled before the task sleeps.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
+        self
+    }
+
+    /// While a [`recv`](super::Endpoint::recv) waits, probes the peer every `interval` with a
+    /// 0-byte RDMA write its application never sees (as rsockets' keepalive), so a peer host
+    /// that vanished ends the wait with `TimedOut` after about `interval` + the transport's
+    /// retries instead of never. Off by default, as TCP's keepalive is.
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
         self
     }
 

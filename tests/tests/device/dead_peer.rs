@@ -6,9 +6,13 @@ use std::io;
 use std::time::Duration;
 
 use rdma_async::cm::IdOptions;
+use rdma_async::endpoint::EndpointOptions;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::{guard, stream_pair};
+use rdma_async_tests::{completion_status, endpoint_pair, guard, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// `IBV_WC_RETRY_EXC_ERR`: the transport's retries ran out.
+const RETRY_EXC_ERR: u32 = 12;
 
 /// Small rings, so a writer runs out of credits after a few KiB, and a short ACK timeout
 /// (2^14 × 4.096 µs ≈ 67 ms per transport retry), so a dead peer is noticed within seconds.
@@ -125,5 +129,53 @@ async fn a_reader_with_keepalive_learns_that_the_peer_vanished() {
             .contains(&server.local_addr().unwrap().to_string()),
         "the error names the peer: {err}"
     );
+    drop(server);
+}
+
+fn endpoint_options() -> EndpointOptions {
+    EndpointOptions::new().id_options(IdOptions::new().ack_timeout(14))
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endpoint_receiver_with_keepalive_learns_that_the_peer_vanished() {
+    let opts = endpoint_options().keepalive(Duration::from_secs(1));
+    let (server, client) = endpoint_pair(&opts).await;
+    server.__vanish().unwrap();
+    // Nothing is in flight: only the keepalive can notice.
+    let err = guard("a blocked recv from a vanished peer", client.recv())
+        .await
+        .expect_err("a recv from a vanished peer must fail");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+        err.to_string().contains(&server.local_addr().to_string()),
+        "the error names the peer: {err}"
+    );
+    assert_eq!(completion_status(&err), RETRY_EXC_ERR, "{err}");
+    // Every later receive reports it again.
+    let again = client.recv().await.expect_err("the endpoint stays failed");
+    assert_eq!(completion_status(&again), RETRY_EXC_ERR, "{again}");
+    drop(server);
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_endpoint_recv_ends_when_a_send_to_a_vanished_peer_fails() {
+    let (server, client) = endpoint_pair(&endpoint_options()).await;
+    server.__vanish().unwrap();
+    let recv = client.recv();
+    let send = async {
+        client.send(b"into the void").await?;
+        // The send was only handed to the device: its failure shows on later calls.
+        std::future::pending::<io::Result<()>>().await
+    };
+    let err = guard("a recv while a send times out", async {
+        tokio::select! {
+            r = recv => r.map(|_| ()),
+            r = send => r,
+        }
+    })
+    .await
+    .expect_err("the recv must fail once the send timed out");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert_eq!(completion_status(&err), RETRY_EXC_ERR, "{err}");
     drop(server);
 }
