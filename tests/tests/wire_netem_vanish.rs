@@ -1,8 +1,8 @@
 //! A peer host that vanishes without a word: `tc netem loss 100%` on both nodes' NICs after the
 //! connections are set up, with the crate's default options (no ACK timeout set, 6 transport
 //! retries). A writer blocked on credits (nothing in flight: only its probes can notice), a
-//! reader with keepalive, and an RDMA write each end with `TimedOut` naming the peer; once the
-//! wire is back, the process connects again and moves data.
+//! reader with keepalive, an `Endpoint` receiver with keepalive and an RDMA write each end with
+//! `TimedOut` naming the peer; once the wire is back, the process connects again and moves data.
 //!
 //! Bound: a probe (or keepalive) within 1 s, then the transport's retries: on Soft-RoCE with
 //! rdma_cm's default ACK timeout (exponent 19, about 2.1 s a try) about 7 × 2.1 s ≈ 15 s.
@@ -10,6 +10,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::wire::{
     Netem, PeerJob, connect_retrying, echo_through, pattern, peer_ip, peer_program, rdma_client,
@@ -61,7 +62,7 @@ async fn fill_until_blocked(stream: &RStream) {
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes() {
+async fn a_vanished_host_fails_writers_keepalive_readers_endpoints_and_rdma_writes() {
     let Some(peer) = peer_ip() else { return };
     let port = 7640;
     let echo = PeerJob::start(
@@ -81,13 +82,22 @@ async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes
     let keepalive = RStreamOptions::new().keepalive(Duration::from_secs(1));
     let mut reader = connect_retrying(|| RStream::connect_with(addr, &keepalive)).await;
     let (conn, remote) = rdma_client(SocketAddr::new(peer, port + 1)).await;
+    let ep_peer = PeerJob::start(
+        "vanish-endpoint",
+        "ready",
+        &[&peer_program(), "endpoint-echo", &(port + 2).to_string()],
+    )
+    .await;
+    let ep_addr = SocketAddr::new(peer, port + 2);
+    let ep_opts = EndpointOptions::new().keepalive(Duration::from_secs(1));
+    let endpoint = connect_retrying(|| Endpoint::connect(ep_addr, &ep_opts)).await;
     fill_until_blocked(&writer).await;
 
     let netem = Netem::both("loss 100%").await;
     let dead = Instant::now();
     let mut buf = [0u8; 64];
     let src = conn.reg_msgs(4096).unwrap();
-    let (written, read, (rdma, _)) = bounded("operations on a vanished host", async {
+    let (written, read, (rdma, _), received) = bounded("operations on a vanished host", async {
         tokio::join!(
             // Keeps writing: what fits in credits already granted is posted; then it blocks.
             async {
@@ -97,6 +107,7 @@ async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes
             },
             reader.read(&mut buf),
             conn.write(src, .., remote.whole()),
+            endpoint.recv(),
         )
     })
     .await;
@@ -119,8 +130,14 @@ async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes
         "RDMA write",
         dead,
     );
+    assert_timed_out(
+        &received.expect_err("a keepalive Endpoint receiver of a vanished host"),
+        ep_addr,
+        "Endpoint receiver",
+        dead,
+    );
     assert!(writer.stats().write_probes > 0, "the writer probed");
-    drop((writer, reader, conn));
+    drop((writer, reader, conn, endpoint));
     drop(netem);
 
     // The wire is back: the same process connects again and moves data intact.
@@ -134,4 +151,5 @@ async fn a_vanished_host_fails_blocked_writers_keepalive_readers_and_rdma_writes
     drop(again);
     echo.stop().await;
     rdma_peer.stop().await;
+    ep_peer.stop().await;
 }
