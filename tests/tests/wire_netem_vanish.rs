@@ -1,8 +1,9 @@
 //! A peer host that vanishes without a word: `tc netem loss 100%` on both nodes' NICs after the
 //! connections are set up, with the crate's default options (no ACK timeout set, 6 transport
 //! retries). A writer blocked on credits (nothing in flight: only its probes can notice), a
-//! reader with keepalive, an `Endpoint` receiver with keepalive and an RDMA write each end with
-//! `TimedOut` naming the peer; once the wire is back, the process connects again and moves data.
+//! reader with keepalive, `Endpoint` and `RdmaConnection` receivers with keepalive and an RDMA
+//! write each end with `TimedOut` naming the peer; once the wire is back, the process connects
+//! again and moves data.
 //!
 //! Bound: a probe (or keepalive) within 1 s, then the transport's retries: on Soft-RoCE with
 //! rdma_cm's default ACK timeout (exponent 19, about 2.1 s a try) about 7 × 2.1 s ≈ 15 s.
@@ -11,6 +12,7 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
+use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::wire::{
     Netem, PeerJob, connect_retrying, echo_through, pattern, peer_ip, peer_program, rdma_client,
@@ -62,7 +64,7 @@ async fn fill_until_blocked(stream: &RStream) {
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vanished_host_fails_writers_keepalive_readers_endpoints_and_rdma_writes() {
+async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_writes() {
     let Some(peer) = peer_ip() else { return };
     let port = 7640;
     let echo = PeerJob::start(
@@ -82,6 +84,18 @@ async fn a_vanished_host_fails_writers_keepalive_readers_endpoints_and_rdma_writ
     let keepalive = RStreamOptions::new().keepalive(Duration::from_secs(1));
     let mut reader = connect_retrying(|| RStream::connect_with(addr, &keepalive)).await;
     let (conn, remote) = rdma_client(SocketAddr::new(peer, port + 1)).await;
+    // A second connection to the region server, idle but for its keepalive.
+    let rdma_ka = RdmaOptions::new().keepalive(Duration::from_secs(1));
+    let idle =
+        connect_retrying(|| RdmaConnection::connect(SocketAddr::new(peer, port + 1), &rdma_ka))
+            .await;
+    // The server's region descriptor, so nothing more is due on this connection.
+    let (descriptor, _) = bounded(
+        "region descriptor",
+        idle.recv(idle.reg_msgs(64).unwrap(), ..),
+    )
+    .await;
+    descriptor.unwrap();
     let ep_peer = PeerJob::start(
         "vanish-endpoint",
         "ready",
@@ -97,20 +111,23 @@ async fn a_vanished_host_fails_writers_keepalive_readers_endpoints_and_rdma_writ
     let dead = Instant::now();
     let mut buf = [0u8; 64];
     let src = conn.reg_msgs(4096).unwrap();
-    let (written, read, (rdma, _), received) = bounded("operations on a vanished host", async {
-        tokio::join!(
-            // Keeps writing: what fits in credits already granted is posted; then it blocks.
-            async {
-                loop {
-                    writer.write_all(&[0x5a; 64 << 10]).await?;
-                }
-            },
-            reader.read(&mut buf),
-            conn.write(src, .., remote.whole()),
-            endpoint.recv(),
-        )
-    })
-    .await;
+    let idle_recv = idle.recv(idle.reg_msgs(64).unwrap(), ..);
+    let (written, read, (rdma, _), received, (idle_got, _)) =
+        bounded("operations on a vanished host", async {
+            tokio::join!(
+                // Keeps writing: what fits in credits already granted is posted; then it blocks.
+                async {
+                    loop {
+                        writer.write_all(&[0x5a; 64 << 10]).await?;
+                    }
+                },
+                reader.read(&mut buf),
+                conn.write(src, .., remote.whole()),
+                endpoint.recv(),
+                idle_recv,
+            )
+        })
+        .await;
     let written: std::io::Result<()> = written;
     assert_timed_out(
         &written.expect_err("a blocked write to a vanished host"),
@@ -136,8 +153,14 @@ async fn a_vanished_host_fails_writers_keepalive_readers_endpoints_and_rdma_writ
         "Endpoint receiver",
         dead,
     );
+    assert_timed_out(
+        &idle_got.expect_err("a keepalive RDMA receiver of a vanished host"),
+        SocketAddr::new(peer, port + 1),
+        "RDMA receiver",
+        dead,
+    );
     assert!(writer.stats().write_probes > 0, "the writer probed");
-    drop((writer, reader, conn, endpoint));
+    drop((writer, reader, conn, endpoint, idle));
     drop(netem);
 
     // The wire is back: the same process connects again and moves data intact.

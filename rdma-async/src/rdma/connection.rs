@@ -5,6 +5,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::ops::{Bound, Range, RangeBounds};
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::net::ToSocketAddrs;
@@ -221,6 +222,35 @@ impl OpKind {
     }
 }
 
+/// Posts a keepalive (a 0-byte RDMA write to address 0 with rkey 0, as rsockets does) every
+/// `interval` while the connection lives; a dead peer fails it, which fails the connection and
+/// flushes every pending operation with that cause. Holds the connection only while a probe is
+/// in flight.
+async fn keepalive(shared: std::sync::Weak<ConnShared>, interval: Duration) {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+    loop {
+        ticks.tick().await;
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let qp = &shared.qp;
+        let probe = Opcode::Write {
+            remote_addr: 0,
+            rkey: 0,
+            imm: None,
+        };
+        let (result, _) = shared
+            .execute(WorkQueue::Send, Held::Nothing, |held| {
+                qp.post_caller(probe, held, &[])
+            })
+            .await;
+        if let Err(e) = result {
+            tracing::debug!(parent: shared.link.span(), error = %e, "keepalive stopped");
+            return;
+        }
+    }
+}
+
 impl RdmaConnection {
     /// Connects to `addr`, trying each resolved address in turn like `TcpStream::connect`.
     ///
@@ -277,6 +307,9 @@ impl RdmaConnection {
         ));
         // connect/accept run inside Tokio (the rdma_cm channel is on its reactor).
         let completion_task = tokio::spawn(run_completion_task(shared.clone()));
+        if let Some(interval) = options.keepalive {
+            tokio::spawn(keepalive(Arc::downgrade(&shared), interval));
+        }
         RdmaConnection {
             shared,
             completion_task: Some(completion_task),
@@ -313,6 +346,18 @@ impl RdmaConnection {
     #[doc(hidden)]
     pub fn __ack_timeout(&self) -> io::Result<u8> {
         self.shared.link.qp_ack_timeout()
+    }
+
+    /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
+    /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_modify_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __vanish(&self) -> io::Result<()> {
+        self.shared.qp.set_error()
     }
 
     /// The name of the RDMA device the connection runs on (picked by the route to the peer or

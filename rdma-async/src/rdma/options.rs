@@ -18,6 +18,7 @@ pub struct RdmaOptions {
     pub(crate) max_send_sge: u32,
     pub(crate) max_recv_sge: u32,
     pub(crate) busy_poll: Duration,
+    pub(crate) keepalive: Option<Duration>,
     pub(crate) dial: DialOptions,
     pub(crate) params: ConnParams,
     pub(crate) srq: Option<SharedReceiveQueue>,
@@ -31,6 +32,7 @@ impl Default for RdmaOptions {
             max_send_sge: 4,
             max_recv_sge: 4,
             busy_poll: Duration::from_micros(10),
+            keepalive: None,
             dial: DialOptions::default(),
             params: ConnParams::new()
                 .responder_resources(16)
@@ -75,6 +77,15 @@ impl RdmaOptions {
     /// How long an empty completion queue is polled before the connection's task sleeps.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
+        self
+    }
+
+    /// Probes the peer every `interval` with a 0-byte RDMA write its application never sees
+    /// (as rsockets' keepalive), so a peer host that vanished fails the connection, and every
+    /// pending operation (receives included) ends with `TimedOut`, after about `interval` + the
+    /// transport's retries. Off by default, as TCP's keepalive is.
+    pub fn keepalive(mut self, interval: Duration) -> Self {
+        self.keepalive = Some(interval);
         self
     }
 

@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use rdma_async::cm::IdOptions;
 use rdma_async::endpoint::EndpointOptions;
+use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::{completion_status, endpoint_pair, guard, stream_pair};
+use rdma_async_tests::{completion_status, endpoint_pair, guard, rdma_pair, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `IBV_WC_RETRY_EXC_ERR`: the transport's retries ran out.
@@ -178,4 +179,47 @@ async fn a_pending_endpoint_recv_ends_when_a_send_to_a_vanished_peer_fails() {
     assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
     assert_eq!(completion_status(&err), RETRY_EXC_ERR, "{err}");
     drop(server);
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdma_receives_with_keepalive_learn_that_the_peer_vanished() {
+    let opts = RdmaOptions::new()
+        .keepalive(Duration::from_secs(1))
+        .id_options(IdOptions::new().ack_timeout(14));
+    let (server, client) = rdma_pair(&opts).await;
+    server.__vanish().unwrap();
+    // Nothing is in flight but the keepalive.
+    let (got, _) = guard(
+        "a pending RDMA recv from a vanished peer",
+        client.recv(client.reg_msgs(64).unwrap(), ..),
+    )
+    .await;
+    let err = got.expect_err("a recv from a vanished peer must fail");
+    assert_eq!(err.kind(), io::ErrorKind::TimedOut, "{err}");
+    assert!(
+        err.to_string().contains(&server.local_addr().to_string()),
+        "the error names the peer: {err}"
+    );
+    assert_eq!(completion_status(&err), RETRY_EXC_ERR, "{err}");
+    drop(server);
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rdma_keepalive_leaves_a_live_connection_working() {
+    let opts = RdmaOptions::new().keepalive(Duration::from_millis(100));
+    let (server, client) = rdma_pair(&opts).await;
+    // Several keepalives go out while nothing else happens; the connection still works.
+    let mut ticks = tokio::time::interval(Duration::from_millis(100));
+    for _ in 0..5 {
+        ticks.tick().await;
+    }
+    let mut msg = client.reg_msgs(32).unwrap();
+    msg.copy_from_slice(&[7; 32]);
+    let recv = server.recv(server.reg_msgs(32).unwrap(), ..);
+    let send = client.send(msg, ..);
+    let ((got, inbox), (sent, _)) =
+        guard("send after keepalives", async { tokio::join!(recv, send) }).await;
+    sent.unwrap();
+    assert_eq!(got.unwrap().len(), 32);
+    assert_eq!(&inbox[..], &[7; 32][..]);
 }
