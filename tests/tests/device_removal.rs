@@ -17,7 +17,7 @@ use std::time::Duration;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::{endpoint_pair, guard, rdma_pair, stream_pair};
+use rdma_async_tests::{endpoint_pair, guard, rdma_pair, rlistener, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -128,15 +128,20 @@ async fn victim() {
     let read = client.read(&mut buf);
     let recv = ep_server.recv();
     let rdma_recv = rdma_server.recv(rdma_server.reg_msgs(64).unwrap(), ..);
+    let listener = rlistener().await;
+    let accept = listener.accept();
     // Finishes only after this process exits (see the module's documentation).
     let _delete = Command::new("rdma")
         .args(["link", "delete", &device])
         .spawn()
         .expect("run rdma link delete");
-    let (read, recv, (rdma_recv, _)) = guard("operations pending across the removal", async {
-        tokio::join!(read, recv, rdma_recv)
-    })
-    .await;
+    let (read, recv, (rdma_recv, _), accepted) =
+        guard("operations pending across the removal", async {
+            tokio::join!(read, recv, rdma_recv, accept)
+        })
+        .await;
+    let err = accepted.expect_err("a pending accept must fail");
+    assert_eq!(err.kind(), io::ErrorKind::NetworkDown, "accept: {err}");
     assert_device_gone(
         &read.expect_err("a pending read must fail, not read EOF"),
         "read",

@@ -3,7 +3,8 @@
 //! retries). A writer blocked on credits (nothing in flight: only its probes can notice), a
 //! reader with keepalive, `Endpoint` and `RdmaConnection` receivers with keepalive and an RDMA
 //! write each end with `TimedOut` naming the peer; once the wire is back, the process connects
-//! again and moves data.
+//! again and moves data, and its RDMA resources return to where they were. One test in its own
+//! binary: it counts the process's resources.
 //!
 //! Bound: a probe (or keepalive) within 1 s, then the transport's retries: on Soft-RoCE with
 //! rdma_cm's default ACK timeout (exponent 19, about 2.1 s a try) about 7 × 2.1 s ≈ 15 s.
@@ -14,6 +15,7 @@ use std::time::{Duration, Instant};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::leak_counts;
 use rdma_async_tests::wire::{
     Netem, PeerJob, connect_retrying, echo_through, pattern, peer_ip, peer_program, rdma_client,
 };
@@ -66,6 +68,7 @@ async fn fill_until_blocked(stream: &RStream) {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_writes() {
     let Some(peer) = peer_ip() else { return };
+    let baseline = leak_counts();
     let port = 7640;
     let echo = PeerJob::start(
         "vanish-echo",
@@ -172,6 +175,15 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     )
     .await;
     drop(again);
+    // Everything of the dead connections is released (dropped streams linger until their
+    // DISCONNECT is out or failed): the counts return to where they started.
+    bounded("RDMA resources back to the baseline", async {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        while leak_counts() != baseline {
+            tick.tick().await;
+        }
+    })
+    .await;
     echo.stop().await;
     rdma_peer.stop().await;
     ep_peer.stop().await;
