@@ -71,3 +71,9 @@ pub async fn recv(stream: &mut RStream, rx: &mut Counter, buf: &mut [u8]) {
         .expect("receive from C rstream");
     rx.check(buf);
 }
+
+/// C rstream's arguments for a blocking, verifying custom run (`-T b -T v`) of `iters` rounds
+/// of `xfers` transfers of `size` bytes each way.
+pub fn c_rstream_verify_args(size: usize, xfers: usize, iters: usize) -> Vec<String> {
+    crate::argv!["-T", "b", "-T", "v", "-S", size, "-C", xfers, "-I", iters]
+}

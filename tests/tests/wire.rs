@@ -14,7 +14,7 @@ use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::rstream_peer::rstream_exchange;
+use rdma_async_tests::rstream_peer::{c_rstream_verify_args, rstream_exchange};
 use rdma_async_tests::wire::{
     Fnv, PeerJob, connect_retrying, echo_through, example, on_peer, pattern, peer_ip, peer_program,
     rdma_client, rdma_write_read_check,
@@ -364,30 +364,12 @@ async fn tonic_unary_and_streaming_across_the_wire() {
 
 const RSTREAM_RUN: [(usize, usize, usize); 2] = [(64, 100, 4), (65_536, 20, 2)];
 
-fn rstream_args(size: usize, xfers: usize, iters: usize) -> Vec<String> {
-    [
-        "-T",
-        "b",
-        "-T",
-        "v",
-        "-S",
-        &size.to_string(),
-        "-C",
-        &xfers.to_string(),
-        "-I",
-        &iters.to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_rstream_client_with_c_rstream_server_across_the_wire() {
     let Some(peer) = peer_ip() else { return };
     for (i, (size, xfers, iters)) in RSTREAM_RUN.into_iter().enumerate() {
         let port = 7610 + i as u16;
-        let mut args = rstream_args(size, xfers, iters);
+        let mut args = c_rstream_verify_args(size, xfers, iters);
         args.extend(["-b".into(), peer.to_string(), "-p".into(), port.to_string()]);
         let mut argv: Vec<&str> = vec!["rstream"];
         argv.extend(args.iter().map(String::as_str));
@@ -416,7 +398,7 @@ async fn c_rstream_client_across_the_wire_with_our_server() {
             .await
             .unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut args = rstream_args(size, xfers, iters);
+        let mut args = c_rstream_verify_args(size, xfers, iters);
         args.extend([
             "-s".into(),
             addr.ip().to_string(),

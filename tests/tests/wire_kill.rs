@@ -9,35 +9,20 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdma_async::stream::RListener;
-use rdma_async_tests::rstream_peer::{Counter, recv, rstream_exchange, send};
+use rdma_async_tests::argv;
+use rdma_async_tests::rstream_peer::{
+    Counter, c_rstream_verify_args, recv, rstream_exchange, send,
+};
 use rdma_async_tests::wire::{PeerJob, peer_ip};
 use rdma_async_tests::{guard, leak_counts, test_ip};
 use tokio::io::AsyncReadExt;
 
 /// C rstream's client in verify mode against `addr`: `-S size -C xfers -I 1`.
 fn c_rstream_client(addr: SocketAddr, size: usize, xfers: usize) -> Vec<String> {
-    [
-        "rstream",
-        "-T",
-        "b",
-        "-T",
-        "v",
-        "-S",
-        &size.to_string(),
-        "-C",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .chain([
-        xfers.to_string(),
-        "-I".into(),
-        "1".into(),
-        "-s".into(),
-        addr.ip().to_string(),
-        "-p".into(),
-        addr.port().to_string(),
-    ])
-    .collect()
+    let mut args = vec!["rstream".to_owned()];
+    args.extend(c_rstream_verify_args(size, xfers, 1));
+    args.extend(argv!["-s", addr.ip(), "-p", addr.port()]);
+    args
 }
 
 async fn start(tag: &str, argv: &[String]) -> PeerJob {

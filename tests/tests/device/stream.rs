@@ -5,7 +5,9 @@ use std::io;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::pairs::stream_pair_on;
-use rdma_async_tests::rstream_peer::{Counter, recv, rstream_exchange, send};
+use rdma_async_tests::rstream_peer::{
+    Counter, c_rstream_verify_args, recv, rstream_exchange, send,
+};
 use rdma_async_tests::tools::finish_tool_printing;
 use rdma_async_tests::{
     argv, connect_when_listening, guard, rlistener, rlistener_with, spawn_tool, stream_pair,
@@ -139,7 +141,7 @@ fn c_rstream(
     extra: &[&str],
     end: &[String],
 ) -> tokio::process::Child {
-    let mut args = argv!["-T", "b", "-T", "v", "-S", size, "-C", xfers, "-I", iters];
+    let mut args = c_rstream_verify_args(size, xfers, iters);
     args.extend(extra.iter().map(|s| s.to_string()));
     args.extend_from_slice(end);
     spawn_tool("rstream", &args)
