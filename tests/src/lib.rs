@@ -14,6 +14,7 @@ pub mod addr;
 pub mod data;
 pub mod leaks;
 pub mod pairs;
+pub mod soak;
 pub mod sockets;
 pub mod tools;
 
