@@ -14,7 +14,7 @@
 //!                                 the far end of the stream soak (rdma_async_tests::soak): one
 //!                                 connection, BYTES each way; prints what it sent and received,
 //!                                 its RSS, and its RDMA resource counts once all is dropped
-//!                                 (which must be zero), then exits
+//!                                 (which must be zero, and RSS grow less than 64 MiB), then exits
 //! ```
 
 use std::io;
@@ -224,6 +224,11 @@ async fn soak(port: u16, bytes: u64, seed: u64, peer_seed: u64) -> io::Result<()
     );
     if counts.iter().any(|&c| c != 0) {
         return Err(io::Error::other("RDMA resources left after the soak"));
+    }
+    if rss_after > rss_before + (64 << 10) {
+        return Err(io::Error::other(
+            "RSS grew by more than 64 MiB during the soak",
+        ));
     }
     Ok(())
 }
