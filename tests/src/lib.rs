@@ -15,6 +15,7 @@ pub mod data;
 pub mod leaks;
 pub mod pairs;
 pub mod rstream_peer;
+pub mod soak;
 pub mod sockets;
 pub mod tools;
 

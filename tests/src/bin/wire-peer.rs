@@ -10,6 +10,11 @@
 //! wire-peer dgram-echo PORT       RDatagram: every datagram back to its sender
 //! wire-peer mcast-echo GROUP ADDR joins GROUP; every group datagram to ADDR (unicast; a group
 //!                                 datagram names its sender's IP but not its port)
+//! wire-peer soak PORT BYTES SEED PEER_SEED
+//!                                 the far end of the stream soak (rdma_async_tests::soak): one
+//!                                 connection, BYTES each way; prints what it sent and received,
+//!                                 its RSS, and its RDMA resource counts once all is dropped
+//!                                 (which must be zero, and RSS grow less than 64 MiB), then exits
 //! ```
 
 use std::io;
@@ -20,6 +25,8 @@ use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
 use rdma_async::stream::RListener;
+use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts};
+use rdma_async_tests::soak::{rss_kib, soak_stream};
 use rdma_async_tests::wire::Fnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -46,6 +53,15 @@ async fn main() -> io::Result<()> {
         "endpoint-echo" => endpoint_echo(port(arg(&args, 2))).await,
         "rdma" => rdma(port(arg(&args, 2)), arg(&args, 3).parse().expect("LEN")).await,
         "dgram-echo" => dgram_echo(port(arg(&args, 2))).await,
+        "soak" => {
+            soak(
+                port(arg(&args, 2)),
+                arg(&args, 3).parse().expect("BYTES"),
+                arg(&args, 4).parse().expect("SEED"),
+                arg(&args, 5).parse().expect("PEER_SEED"),
+            )
+            .await
+        }
         "mcast-echo" => {
             mcast_echo(
                 arg(&args, 2).parse().expect("GROUP"),
@@ -182,4 +198,37 @@ async fn mcast_echo(group: IpAddr, reply_to: SocketAddr) -> io::Result<()> {
         println!("group datagram of {n} bytes from {from}");
         socket.send_to(&buf[..n], reply_to).await?;
     }
+}
+
+async fn soak(port: u16, bytes: u64, seed: u64, peer_seed: u64) -> io::Result<()> {
+    let rss_before = rss_kib();
+    let listener = RListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    ready(listener.local_addr()?);
+    let (stream, peer) = listener.accept().await?;
+    drop(listener);
+    let (sent, received) = soak_stream(stream, bytes, seed, peer_seed, None).await?;
+    println!("soak with {peer}: sent {sent}; received {received}");
+    // Dropping the stream lingers in a task until the peer has everything: wait (bounded) for
+    // the counts to reach zero.
+    let mut counts = leak_counts();
+    for _ in 0..300 {
+        if counts.iter().all(|&c| c == 0) {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        counts = leak_counts();
+    }
+    let rss_after = rss_kib();
+    println!(
+        "soak resources {LEAK_KINDS:?} {counts:?}; rss {rss_before} KiB before, {rss_after} KiB after"
+    );
+    if counts.iter().any(|&c| c != 0) {
+        return Err(io::Error::other("RDMA resources left after the soak"));
+    }
+    if rss_after > rss_before + (64 << 10) {
+        return Err(io::Error::other(
+            "RSS grew by more than 64 MiB during the soak",
+        ));
+    }
+    Ok(())
 }
