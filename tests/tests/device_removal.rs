@@ -17,7 +17,9 @@ use std::time::Duration;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::{endpoint_pair, guard, rdma_pair, rlistener, stream_pair};
+use rdma_async_tests::{
+    datagram, endpoint_pair, guard, rdma_pair, rlistener, stream_pair, test_ip,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -130,18 +132,29 @@ async fn victim() {
     let rdma_recv = rdma_server.recv(rdma_server.reg_msgs(64).unwrap(), ..);
     let listener = rlistener().await;
     let accept = listener.accept();
+    let socket = datagram(test_ip()).await;
+    let mut dgram = [0u8; 64];
+    let recv_from = socket.recv_from(&mut dgram);
     // Finishes only after this process exits (see the module's documentation).
     let _delete = Command::new("rdma")
         .args(["link", "delete", &device])
         .spawn()
         .expect("run rdma link delete");
-    let (read, recv, (rdma_recv, _), accepted) =
+    let (read, recv, (rdma_recv, _), accepted, received) =
         guard("operations pending across the removal", async {
-            tokio::join!(read, recv, rdma_recv, accept)
+            tokio::join!(read, recv, rdma_recv, accept, recv_from)
         })
         .await;
     let err = accepted.expect_err("a pending accept must fail");
     assert_eq!(err.kind(), io::ErrorKind::NetworkDown, "accept: {err}");
+    let err = received.expect_err("a pending recv_from must fail");
+    assert_eq!(err.kind(), io::ErrorKind::NetworkDown, "recv_from: {err}");
+    assert!(err.to_string().contains("device"), "recv_from: {err}");
+    let err = socket
+        .send_to(b"x", std::net::SocketAddr::new(test_ip(), 9))
+        .await
+        .expect_err("a later send_to must fail");
+    assert_eq!(err.kind(), io::ErrorKind::NetworkDown, "send_to: {err}");
     assert_device_gone(
         &read.expect_err("a pending read must fail, not read EOF"),
         "read",

@@ -5,8 +5,11 @@
 //! them (the socket aborts it when dropped). Before answering, it records who asked: the
 //! answer lets the peer send, and its datagrams must find their sender known.
 
+use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use tokio::sync::Notify;
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
@@ -14,6 +17,7 @@ use super::hello::Hello;
 use super::peers::Sources;
 use super::stats::Counters;
 use crate::cm::CmEvents;
+use crate::error::StickyError;
 use crate::verbs::{CmEvent, CmId};
 
 /// What a socket shares with its responder task.
@@ -23,6 +27,10 @@ pub(crate) struct ResponderShared {
     pub(crate) counters: Counters,
     /// How we introduce ourselves: bound port and queue pair number.
     pub(crate) hello: Hello,
+    /// Why the socket can no longer work (its device was removed, or its rdma_cm channel
+    /// failed): the responder records it before it ends, so no operation waits for ever.
+    ended: StickyError,
+    end_signal: Notify,
 }
 
 impl ResponderShared {
@@ -31,6 +39,35 @@ impl ResponderShared {
             sources: Mutex::default(),
             counters: Counters::default(),
             hello,
+            ended: StickyError::default(),
+            end_signal: Notify::new(),
+        }
+    }
+
+    /// Records why the socket ended and wakes every operation waiting in [`Self::ended`].
+    fn end(&self, err: io::Error) {
+        self.ended.set(err);
+        self.end_signal.notify_waiters();
+    }
+
+    /// The error every operation reports once the socket ended, if it has.
+    pub(crate) fn end_error(&self) -> Option<io::Error> {
+        self.ended.report()
+    }
+
+    /// Waits until the socket ends; returns why.
+    ///
+    /// Cancel safety: cancel safe.
+    pub(crate) async fn ended(&self) -> io::Error {
+        loop {
+            // Enabled before the check, so an `end` between the two is not missed.
+            let notified = self.end_signal.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(e) = self.end_error() {
+                return e;
+            }
+            notified.await;
         }
     }
 
@@ -53,6 +90,7 @@ pub(crate) async fn answer_requests(
             Ok(event) => event,
             Err(e) => {
                 tracing::warn!(%local, error = %e, "datagram socket: reading rdma_cm events failed");
+                shared.end(e);
                 return;
             }
         };
@@ -60,6 +98,10 @@ pub(crate) async fn answer_requests(
             ev::RDMA_CM_EVENT_CONNECT_REQUEST => answer(&mut event, &events, &shared, local),
             ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
                 tracing::warn!(%local, "datagram socket: the RDMA device was removed");
+                shared.end(io::Error::new(
+                    io::ErrorKind::NetworkDown,
+                    format!("the RDMA device of datagram socket {local} was removed"),
+                ));
                 return;
             }
             _ => tracing::debug!(

@@ -261,6 +261,7 @@ impl RDatagram {
     /// Cancel safe: if the future is dropped before it completes, the datagram was not sent (a
     /// route being resolved may still be cached).
     pub async fn send_to<A: ToSocketAddrs>(&self, buf: &[u8], target: A) -> io::Result<usize> {
+        self.check_alive()?;
         self.check_len(buf.len())?;
         let target = first_addr(target).await?;
         let route = self.route_to(target).await?;
@@ -321,6 +322,7 @@ impl RDatagram {
     ///
     /// Cancel safe, as [`Self::send_to`].
     pub async fn send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.check_alive()?;
         self.check_len(buf.len())?;
         let peer = self.peer_addr()?;
         let route = self.route_to(peer).await?;
@@ -376,12 +378,31 @@ impl RDatagram {
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let mut slots = self.recv.lock().await;
         loop {
-            self.recv
-                .fill(&mut slots, None, &mut |s, wc| self.reap_recv(s, wc))
-                .await?;
+            self.fill_or_end(&mut slots).await?;
             if let Some(got) = self.take(&mut slots, buf)? {
                 return Ok(got);
             }
+        }
+    }
+
+    /// Waits until a datagram is ready, or fails once the socket ended (its device was removed),
+    /// which no completion would report.
+    async fn fill_or_end(&self, slots: &mut RecvSlots) -> io::Result<()> {
+        self.check_alive()?;
+        let reap = &mut |s: &mut RecvSlots, wc: &WorkCompletion| self.reap_recv(s, wc);
+        let fill = self.recv.fill(slots, None, reap);
+        // `fill` is cancel safe: what arrived stays ready.
+        tokio::select! {
+            filled = fill => filled,
+            e = self.shared.ended() => Err(e),
+        }
+    }
+
+    /// Fails once the socket ended (see [`Self::fill_or_end`]).
+    fn check_alive(&self) -> io::Result<()> {
+        match self.shared.end_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
         }
     }
 
@@ -417,9 +438,7 @@ impl RDatagram {
     /// Cancel safe.
     pub async fn readable(&self) -> io::Result<()> {
         let mut slots = self.recv.lock().await;
-        self.recv
-            .fill(&mut slots, None, &mut |s, wc| self.reap_recv(s, wc))
-            .await
+        self.fill_or_end(&mut slots).await
     }
 
     /// Waits until a send slot is free (a datagram to a cached route can go at once).
