@@ -67,7 +67,10 @@ fn rsocket_params() -> ConnParams {
 ///
 /// Errors follow `TcpStream`: a read after the peer closed returns EOF (`Ok(0)`), a write then
 /// fails with `BrokenPipe`, a dead peer ends both with an error (`TimedOut` or
-/// `ConnectionReset`).
+/// `ConnectionReset`). A writer waiting for the peer's credits probes it once a second (as TCP's
+/// persist timer does), so a peer host that vanished fails the write after the transport's
+/// retries; a reader learns of it only with [`RStreamOptions::keepalive`], as with TCP. The
+/// README's "Failure behaviour" table gives the bounds.
 ///
 /// # Cancel safety
 ///
