@@ -153,14 +153,13 @@ impl<R, H> SlotQueue<R, H> {
         reap: &mut impl Reap<R, H>,
     ) -> io::Result<usize> {
         loop {
+            // Everything completed is reaped first, so a failure that completed before a
+            // disconnect is what gets reported, and shows before the next post.
+            self.reap_queued(slots, reap)?;
             if let Some(e) = self.error.report() {
                 return Err(e);
             }
             self.check_open(link, true)?;
-            // Everything completed is reaped first, so a failure shows before the next post.
-            if self.reap_queued(slots, reap)? > 0 {
-                continue;
-            }
             if let Some(slot) = slots.free.pop() {
                 return Ok(slot);
             }
