@@ -314,9 +314,12 @@ async fn dropped_read_and_write_futures_lose_nothing() {
     let addr = listener.local_addr().unwrap();
     let data = pattern(42, TOTAL);
     let expected = data.clone();
-    // The server writes with futures that are cut off at random points and retried.
+    // The server writes with futures that are cut off at random points and retried, once the
+    // client has dropped a read that was certainly pending (nothing was written yet).
+    let (start_tx, start_rx) = tokio::sync::oneshot::channel::<()>();
     let server = tokio::spawn(async move {
         let (mut stream, _) = listener.accept().await?;
+        let _ = start_rx.await;
         let (mut sent, mut round) = (0usize, 0u64);
         while sent < TOTAL {
             round += 1;
@@ -334,6 +337,14 @@ async fn dropped_read_and_write_futures_lose_nothing() {
         .unwrap();
     let (mut got, mut round, mut cuts) = (Vec::with_capacity(TOTAL), 0u64, 0u64);
     let mut buf = vec![0u8; 100_000];
+    // A zero timeout polls the read once and drops it: pending, since the server waits.
+    let first = tokio::time::timeout(Duration::ZERO, stream.read(&mut buf)).await;
+    assert!(
+        first.is_err(),
+        "a read before any write must be pending: {first:?}"
+    );
+    cuts += 1;
+    start_tx.send(()).unwrap();
     loop {
         round += 1;
         let cut = Duration::from_micros(round * 6007 % 3000);
