@@ -52,3 +52,17 @@ pub fn assert_no_rdma_resources(when: &str) {
         "{when}: this process's {LEAK_KINDS:?}"
     );
 }
+
+/// Waits until this process's counts of [`LEAK_KINDS`] equal `baseline` and returns them.
+/// Dropped streams release their resources from a task once their DISCONNECT is out, so the
+/// counts are polled until they settle; callers bound the wait (a guard or a timeout).
+pub async fn settled_counts(baseline: &[usize]) -> Vec<usize> {
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+    loop {
+        tick.tick().await;
+        let counts = leak_counts();
+        if counts == baseline {
+            return counts;
+        }
+    }
+}

@@ -20,7 +20,9 @@ pub mod sockets;
 pub mod tools;
 
 pub use addr::{test_addr, test_addr6, test_ip, test_ip6};
-pub use leaks::{LEAK_KINDS, assert_no_rdma_resources, leak_counts, rdma_resources};
+pub use leaks::{
+    LEAK_KINDS, assert_no_rdma_resources, leak_counts, rdma_resources, settled_counts,
+};
 pub use pairs::{endpoint_pair, rdma_pair, stream_pair};
 pub use sockets::{datagram, listener, rlistener, rlistener_with};
 pub use tools::{connect_when_listening, finish_tool, spawn_tool};

@@ -6,7 +6,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use rdma_async::stream::RListener;
 use rdma_async_tests::argv;
@@ -14,7 +13,7 @@ use rdma_async_tests::rstream_peer::{
     Counter, c_rstream_verify_args, recv, rstream_exchange, send,
 };
 use rdma_async_tests::wire::{PeerJob, peer_ip};
-use rdma_async_tests::{guard, leak_counts, test_ip};
+use rdma_async_tests::{guard, leak_counts, settled_counts, test_ip};
 use tokio::io::AsyncReadExt;
 
 /// C rstream's client in verify mode against `addr`: `-S size -C xfers -I 1`.
@@ -95,14 +94,5 @@ async fn a_killed_peer_process_ends_the_stream_cleanly_and_the_listener_serves_t
     drop(stream);
 
     // Dropped streams linger until their DISCONNECT is out: wait for the counts to settle.
-    guard("resources back to the baseline", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            if leak_counts() == baseline {
-                return;
-            }
-        }
-    })
-    .await;
+    guard("resources back to the baseline", settled_counts(&baseline)).await;
 }

@@ -15,10 +15,10 @@ use std::time::{Duration, Instant};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::leak_counts;
 use rdma_async_tests::wire::{
     Netem, PeerJob, connect_retrying, echo_through, pattern, peer_ip, peer_program, rdma_client,
 };
+use rdma_async_tests::{leak_counts, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Hang guard (a bound for the test, not a timing assertion).
@@ -177,12 +177,10 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     drop(again);
     // Everything of the dead connections is released (dropped streams linger until their
     // DISCONNECT is out or failed): the counts return to where they started.
-    bounded("RDMA resources back to the baseline", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        while leak_counts() != baseline {
-            tick.tick().await;
-        }
-    })
+    bounded(
+        "RDMA resources back to the baseline",
+        settled_counts(&baseline),
+    )
     .await;
     echo.stop().await;
     rdma_peer.stop().await;

@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts};
+use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
 use rdma_async_tests::soak::{
     CANARY, MAX_OP, Progress, env_bytes, rss_kib, seed, soak_rdma, soak_stream,
 };
@@ -157,16 +157,7 @@ async fn soak_streams_and_rdma_across_the_wire_and_within_the_node() {
 
     // Everything dropped: the counts return to the baseline (a dropped stream lingers in a
     // task until its peer has all its data, so poll, bounded) and RSS stayed flat.
-    let counts = guard("resources back to the baseline", async {
-        loop {
-            let counts = leak_counts();
-            if counts == baseline {
-                return counts;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-    })
-    .await;
+    let counts = guard("resources back to the baseline", settled_counts(&baseline)).await;
     let rss_after = rss_kib();
     println!(
         "soak: end {LEAK_KINDS:?} {counts:?} (baseline {baseline:?}); rss {rss_before} KiB \

@@ -25,7 +25,7 @@ use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
 use rdma_async::stream::RListener;
-use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts};
+use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
 use rdma_async_tests::soak::{rss_kib, soak_stream};
 use rdma_async_tests::wire::Fnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -210,14 +210,10 @@ async fn soak(port: u16, bytes: u64, seed: u64, peer_seed: u64) -> io::Result<()
     println!("soak with {peer}: sent {sent}; received {received}");
     // Dropping the stream lingers in a task until the peer has everything: wait (bounded) for
     // the counts to reach zero.
-    let mut counts = leak_counts();
-    for _ in 0..300 {
-        if counts.iter().all(|&c| c == 0) {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        counts = leak_counts();
-    }
+    let none = vec![0; LEAK_KINDS.len()];
+    let counts = tokio::time::timeout(std::time::Duration::from_secs(30), settled_counts(&none))
+        .await
+        .unwrap_or_else(|_| leak_counts());
     let rss_after = rss_kib();
     println!(
         "soak resources {LEAK_KINDS:?} {counts:?}; rss {rss_before} KiB before, {rss_after} KiB after"
