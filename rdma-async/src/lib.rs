@@ -48,6 +48,8 @@
 //! All `unsafe` code lives in `rdma-async-sys` and in this crate's private `verbs` module.
 
 #![warn(missing_docs)]
+// docs.rs: mark items that need a cargo feature.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 // `unsafe` is confined to `verbs`; everything else is safe code over its owners.
 #![deny(unsafe_code)]
 
