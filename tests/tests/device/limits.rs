@@ -6,7 +6,7 @@
 //! The guest runs as root, whose `CAP_IPC_LOCK` lifts the locked-memory limit, so the
 //! low-limit side runs as a child process (`limits-peer`) under `prlimit --memlock` and
 //! without that capability (`setpriv`), as an unprivileged process would. Rxe's device limits
-//! (about a million queue pairs, completion queues and regions) are out of reach in a test, so
+//! (1,048,560 queue pairs, 1,048,576 completion queues, 524,287 memory regions) are out of reach in a test, so
 //! exhaustion is injected through the `test-hooks` feature: the next creation on this thread
 //! fails with `ENOMEM`, as a device that ran out reports it.
 
