@@ -73,8 +73,10 @@ pub use rdma_async_macros::{main, test};
 #[doc(hidden)]
 pub mod __test_hooks {
     //! Internal types that the compile-fail cases in `tests/ui/test_hooks` name (their methods
-    //! stay crate-private). Never needed by users.
-    pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair};
+    //! stay crate-private), and the failure injection of the resource-limit tests. Never needed
+    //! by users.
+    pub use crate::verbs::fault_injection::fail_next;
+    pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair, Resource};
 }
 
 #[doc(hidden)]

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
+use super::reject_reason;
 use crate::verbs::CmEvent;
 
 /// IB CM reject reason: no listener for the service id (the peer's port has no listener).
@@ -49,6 +50,17 @@ impl CmError {
     /// Private data the peer attached (to a rejection), possibly zero-padded by the transport.
     pub fn private_data(&self) -> &[u8] {
         &self.private_data
+    }
+
+    /// Why the server rejected the request, when it said so in rdma-async's reject format (a
+    /// server of this crate that could not set up the connection, e.g. "memory registration
+    /// of 139264 bytes failed (locked-memory limit RLIMIT_MEMLOCK is 65536 bytes; raise
+    /// ulimit -l)"). The format is documented in the README ("Locked memory").
+    pub fn reject_reason(&self) -> Option<String> {
+        if !self.is_consumer_reject() {
+            return None;
+        }
+        reject_reason::decode(&self.private_data).map(|(_, reason)| reason)
     }
 
     /// Whether the peer application rejected the request (as opposed to no listener).
@@ -111,9 +123,13 @@ pub(crate) fn event_error(event: &CmEvent, peer: Option<SocketAddr>, step: &str)
                 REJ_INVALID_SERVICE_ID => {
                     format!("connection refused: nothing listens at {target}")
                 }
-                REJ_CONSUMER_DEFINED => {
-                    format!("connection refused: {target} rejected the request")
-                }
+                REJ_CONSUMER_DEFINED => match reject_reason::decode(&event.private_data) {
+                    Some((cause, reason)) => format!(
+                        "connection refused: the server at {target} {}: {reason}",
+                        cause.describe()
+                    ),
+                    None => format!("connection refused: {target} rejected the request"),
+                },
                 reason => format!("connection refused by {target} (reject reason {reason})"),
             },
         ),
@@ -153,6 +169,34 @@ mod tests {
 
     fn peer() -> SocketAddr {
         "10.0.0.2:7471".parse().unwrap()
+    }
+
+    #[test]
+    fn a_rejection_with_a_reason_says_the_server_could_not_set_up_the_connection() {
+        let why = io::Error::new(io::ErrorKind::OutOfMemory, "out of queue pairs (max_qp 7)");
+        let mut private_data = reject_reason::encode(&why);
+        private_data.resize(148, 0);
+        let event = CmEvent {
+            kind: ev::RDMA_CM_EVENT_REJECTED,
+            status: 28,
+            private_data,
+            responder_resources: 0,
+            initiator_depth: 0,
+            incoming: None,
+            ud: None,
+        };
+        let err = event_error(&event, Some(peer()), "connecting");
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused);
+        assert_eq!(
+            err.to_string(),
+            "connection refused: the server at 10.0.0.2:7471 could not set up the connection: \
+             out of queue pairs (max_qp 7) (RDMA_CM_EVENT_REJECTED, status 28)"
+        );
+        let cm = cause::<CmError>(&err).unwrap();
+        assert_eq!(
+            cm.reject_reason().as_deref(),
+            Some("out of queue pairs (max_qp 7)")
+        );
     }
 
     #[test]

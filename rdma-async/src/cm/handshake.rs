@@ -21,6 +21,7 @@ use super::events::CmEvents;
 use super::id_options::IdOptions;
 use super::link::CmLink;
 use super::params::{ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA};
+use super::reject_reason::reject_with_reason;
 use super::request::ConnectRequest;
 use super::resolve::connect_each;
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
@@ -224,7 +225,14 @@ pub(crate) async fn accept<P, T>(
         .clone()
         .responder_resources(params.get_responder_resources().min(peer_initiator_depth))
         .initiator_depth(params.get_initiator_depth().min(peer_responder_resources));
-    let (parts, private_data) = build(request.id())?;
+    // A server that cannot set up the connection tells the client why (not a bare refusal).
+    let (parts, private_data) = match build(request.id()) {
+        Ok(built) => built,
+        Err(e) => {
+            reject_with_reason(request, &e);
+            return Err(e);
+        }
+    };
     let params = match private_data {
         Some(data) => params.private_data(data),
         None => params,

@@ -23,6 +23,7 @@ mod id_options;
 pub(crate) mod link;
 pub(crate) mod listener;
 mod params;
+mod reject_reason;
 mod request;
 pub(crate) mod resolve;
 

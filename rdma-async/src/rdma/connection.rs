@@ -258,7 +258,8 @@ impl RdmaConnection {
     ///
     /// `NotFound` without an RDMA device; `ConnectionRefused` when nothing listens or the peer
     /// rejects (with its private data in a [`crate::cm::CmError`]); `TimedOut` when the peer
-    /// does not answer; `InvalidInput` for bad options.
+    /// does not answer; `InvalidInput` for bad options; `OutOfMemory` when creating the queues
+    /// hits a limit of the device (the message names it).
     ///
     /// # Cancel safety
     ///
@@ -280,7 +281,9 @@ impl RdmaConnection {
     /// # Errors
     ///
     /// `ConnectionAborted` when the peer gives up during the handshake; `InvalidInput` for bad
-    /// options or oversized private data; verbs errors creating the queue pair.
+    /// options or oversized private data; verbs errors creating the queue pair (`OutOfMemory`
+    /// naming the limit when the device is out of them; the request is then rejected with the
+    /// reason, which the client's error shows).
     ///
     /// # Cancel safety
     ///

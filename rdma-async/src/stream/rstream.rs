@@ -181,8 +181,11 @@ impl RStream {
     /// # Errors
     ///
     /// `NotFound` when this machine has no RDMA device, `ConnectionRefused` when nothing
-    /// listens, `TimedOut` when the peer does not answer, `InvalidData` when the peer's
-    /// connection data is not rsockets version 1, and the resolver's error for a bad name.
+    /// listens (or the server could not set up the connection: the message says why),
+    /// `TimedOut` when the peer does not answer, `InvalidData` when the peer's connection data
+    /// is not rsockets version 1, `OutOfMemory` when registering the rings or creating the
+    /// queues hits a limit (the locked-memory limit, or the device's: the message names it),
+    /// and the resolver's error for a bad name.
     ///
     /// # Cancel safety
     ///
@@ -213,7 +216,9 @@ impl RStream {
     /// # Errors
     ///
     /// `InvalidData` when the request does not carry rsockets version 1 connection data (the
-    /// request is then rejected), or the handshake's error.
+    /// request is then rejected), `OutOfMemory` when registering the rings or creating the
+    /// queues hits a limit (the request is then rejected with the reason, which the client's
+    /// error shows), or the handshake's error.
     ///
     /// # Cancel safety
     ///

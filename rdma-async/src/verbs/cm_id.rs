@@ -9,6 +9,9 @@ use rdma_async_sys as sys;
 
 use super::event_channel::{EventChannel, IncomingId};
 use super::protection_domain::ProtectionDomain;
+use super::resource_limits::{
+    DeviceLimits, Memlock, QUEUE_PAIRS, Resource, injected_failure, queue_pair_error,
+};
 use super::sockaddr::{from_sockaddr, to_sockaddr};
 use crate::error;
 
@@ -163,10 +166,27 @@ impl CmId {
         pd: &ProtectionDomain,
         attr: &mut sys::ibv_qp_init_attr,
     ) -> io::Result<u32> {
-        // SAFETY: the id and `pd` are live; the caller vouches for the queues in `attr`.
-        if unsafe { sys::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) } != 0 {
-            return Err(error::last_error("rdma_create_qp"));
+        let (send_wr, recv_wr) = (attr.cap.max_send_wr, attr.cap.max_recv_wr);
+        let failed = injected_failure(Resource::QueuePair).or_else(|| {
+            // SAFETY: the id and `pd` are live; the caller vouches for the queues in `attr`.
+            let ret = unsafe { sys::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) };
+            (ret != 0).then(|| {
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO)
+            })
+        });
+        if let Some(errno) = failed {
+            let device = self.verbs().ok().and_then(DeviceLimits::of);
+            return Err(queue_pair_error(
+                send_wr,
+                recv_wr,
+                errno,
+                Memlock::current(),
+                device.as_ref(),
+            ));
         }
+        QUEUE_PAIRS.created(0);
         self.qp_num()
             .ok_or_else(|| error::call_error("rdma_create_qp", libc::EIO))
     }

@@ -12,6 +12,9 @@ use rdma_async_sys as sys;
 use super::async_fd::OwnsFd;
 use super::cm_id::CmId;
 use super::event_channel::set_nonblocking;
+use super::resource_limits::{
+    COMPLETION_QUEUES, DeviceLimits, Memlock, Resource, completion_queue_error, injected_failure,
+};
 use super::work::WorkCompletion;
 use crate::error;
 
@@ -100,11 +103,23 @@ impl CompletionQueue {
     pub(crate) fn new(channel: Arc<CompletionChannel>, entries: u32) -> io::Result<Self> {
         let ctx = channel._id.verbs()?;
         let cqe = i32::try_from(entries).map_err(|_| error::invalid_input("CQ size too large"))?;
-        // SAFETY: live context and channel; a NULL cq_context is allowed.
-        let raw = unsafe {
-            sys::ibv_create_cq(ctx.as_ptr(), cqe, ptr::null_mut(), channel.raw.as_ptr(), 0)
+        let raw = match injected_failure(Resource::CompletionQueue) {
+            Some(errno) => Err(errno),
+            // SAFETY: live context and channel; a NULL cq_context is allowed.
+            None => NonNull::new(unsafe {
+                sys::ibv_create_cq(ctx.as_ptr(), cqe, ptr::null_mut(), channel.raw.as_ptr(), 0)
+            })
+            .ok_or_else(|| {
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO)
+            }),
         };
-        let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_create_cq"))?;
+        let raw = raw.map_err(|errno| {
+            let device = DeviceLimits::of(ctx);
+            completion_queue_error(entries, errno, Memlock::current(), device.as_ref())
+        })?;
+        COMPLETION_QUEUES.created(0);
         Ok(CompletionQueue {
             raw,
             channel,
@@ -170,5 +185,6 @@ impl Drop for CompletionQueue {
         self.ack_pending();
         // SAFETY: the CQ is valid; queue pairs using it hold an `Arc` to it, so none is left.
         unsafe { sys::ibv_destroy_cq(self.raw.as_ptr()) };
+        COMPLETION_QUEUES.destroyed(0);
     }
 }

@@ -9,6 +9,9 @@ use std::sync::Arc;
 use rdma_async_sys as sys;
 
 use super::protection_domain::ProtectionDomain;
+use super::resource_limits::{
+    DeviceLimits, MEMORY_REGIONS, Memlock, Resource, injected_failure, registration_error,
+};
 use crate::error;
 
 /// A heap buffer registered with a protection domain (page-aligned when the crate allocates it).
@@ -74,7 +77,8 @@ impl Access {
     }
 }
 
-/// Registers `len` bytes at `ptr`; `None` (with errno set) on failure.
+/// Registers `len` bytes at `ptr`; on failure the error names the limit that was hit (the
+/// locked-memory limit, the device's memory regions), the size asked and how to raise it.
 ///
 /// # Safety
 ///
@@ -85,11 +89,48 @@ unsafe fn register(
     ptr: NonNull<u8>,
     len: usize,
     access: Access,
-) -> Option<NonNull<sys::ibv_mr>> {
-    // SAFETY: `pd` is live; the caller guarantees the memory outlives the registration.
-    NonNull::new(unsafe {
-        sys::rdma_async_reg_mr(pd.as_ptr(), ptr.as_ptr().cast(), len, access.flags())
-    })
+) -> io::Result<NonNull<sys::ibv_mr>> {
+    let result = match injected_failure(Resource::MemoryRegion) {
+        Some(errno) => Err(errno),
+        // SAFETY: `pd` is live; the caller guarantees the memory outlives the registration.
+        None => NonNull::new(unsafe {
+            sys::rdma_async_reg_mr(pd.as_ptr(), ptr.as_ptr().cast(), len, access.flags())
+        })
+        .ok_or_else(|| {
+            io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)
+        }),
+    };
+    match result {
+        Ok(mr) => {
+            MEMORY_REGIONS.created(len);
+            Ok(mr)
+        }
+        Err(errno) => {
+            let device = pd.id().verbs().ok().and_then(DeviceLimits::of);
+            Err(registration_error(
+                len,
+                errno,
+                Memlock::current(),
+                device.as_ref(),
+            ))
+        }
+    }
+}
+
+/// Deregisters `mr` (of `len` bytes); whether it worked.
+///
+/// # Safety
+///
+/// `mr` is a live registration, deregistered once.
+unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> bool {
+    // SAFETY: the caller guarantees the registration is live and deregistered once.
+    let ok = unsafe { sys::ibv_dereg_mr(mr.as_ptr()) } == 0;
+    if ok {
+        MEMORY_REGIONS.destroyed(len);
+    }
+    ok
 }
 
 impl RegisteredBuffer {
@@ -107,11 +148,13 @@ impl RegisteredBuffer {
         })?;
         // SAFETY: the memory is a live allocation of `layout.size()` bytes that stays allocated
         // until after the registration is dropped.
-        let Some(mr) = (unsafe { register(&pd, ptr, layout.size(), access) }) else {
-            let err = error::last_error("ibv_reg_mr");
-            // SAFETY: allocated above with this layout and not registered.
-            unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
-            return Err(err);
+        let mr = match unsafe { register(&pd, ptr, layout.size(), access) } {
+            Ok(mr) => mr,
+            Err(err) => {
+                // SAFETY: allocated above with this layout and not registered.
+                unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
+                return Err(err);
+            }
         };
         Ok(RegisteredBuffer {
             ptr,
@@ -139,11 +182,13 @@ impl RegisteredBuffer {
             .ok_or_else(|| error::invalid_input("vector has no allocation"))?;
         // SAFETY: `ptr` is the vector's live allocation of at least `len` bytes; it is freed only
         // in `Drop`/`into_vec`, after deregistration.
-        let Some(mr) = (unsafe { register(&pd, ptr, len, access) }) else {
-            let err = error::last_error("ibv_reg_mr");
-            // SAFETY: the parts of the vector taken apart above, never registered.
-            drop(unsafe { Vec::from_raw_parts(ptr.as_ptr(), len, capacity) });
-            return Err(err);
+        let mr = match unsafe { register(&pd, ptr, len, access) } {
+            Ok(mr) => mr,
+            Err(err) => {
+                // SAFETY: the parts of the vector taken apart above, never registered.
+                drop(unsafe { Vec::from_raw_parts(ptr.as_ptr(), len, capacity) });
+                return Err(err);
+            }
         };
         Ok(RegisteredBuffer {
             ptr,
@@ -160,7 +205,7 @@ impl RegisteredBuffer {
     pub(crate) fn into_vec(self) -> Vec<u8> {
         let this = std::mem::ManuallyDrop::new(self);
         // SAFETY: the registration is live and deregistered once; `this` is never dropped.
-        let deregistered = unsafe { sys::ibv_dereg_mr(this.mr.as_ptr()) } == 0;
+        let deregistered = unsafe { deregister(this.mr, this.len) };
         // SAFETY: reading the Arc out of a ManuallyDrop that is never used again moves it.
         drop(unsafe { std::ptr::read(&this.pd) });
         match (deregistered, &this.backing) {
@@ -294,7 +339,7 @@ impl RegisteredBuffer {
 impl Drop for RegisteredBuffer {
     fn drop(&mut self) {
         // SAFETY: the registration is live and dropped once, before the memory it covers.
-        if unsafe { sys::ibv_dereg_mr(self.mr.as_ptr()) } != 0 {
+        if !unsafe { deregister(self.mr, self.len) } {
             // Still registered: a peer or the device might write it. Leak it.
             tracing::warn!(len = self.len, "ibv_dereg_mr failed; leaking the memory");
             return;

@@ -14,6 +14,8 @@ mod comp_queue;
 mod device_attr;
 mod device_list;
 mod event_channel;
+#[cfg(feature = "test-hooks")]
+pub(crate) mod fault_injection;
 mod in_flight;
 mod memory;
 mod multicast;
@@ -21,6 +23,7 @@ mod protection_domain;
 #[cfg(feature = "test-hooks")]
 mod qp_attr;
 mod queue_pair;
+mod resource_limits;
 mod shared_recv_queue;
 mod sockaddr;
 mod ud_queue_pair;
@@ -37,6 +40,9 @@ pub(crate) use in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;
 pub(crate) use queue_pair::{MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, WorkRequest};
+#[cfg(feature = "test-hooks")]
+pub use resource_limits::Resource;
+pub(crate) use resource_limits::ResourceError;
 // `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
 pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
 pub(crate) use shared_recv_queue::SharedRecvQueue;

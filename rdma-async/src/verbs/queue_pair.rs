@@ -258,6 +258,7 @@ impl<M> Drop for RcQueuePair<M> {
         // SAFETY: the QP is live and destroyed once. After this returns the device no longer
         // accesses the QP's work requests, so its memory (dropped after this) can be freed.
         unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
+        super::resource_limits::QUEUE_PAIRS.destroyed(0);
     }
 }
 

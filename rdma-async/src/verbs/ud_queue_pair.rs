@@ -228,5 +228,6 @@ impl Drop for UdQueuePair {
         // SAFETY: the QP is live and destroyed once. After this returns the device no longer
         // accesses its work requests, so the buffers (dropped after this) can be freed.
         unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
+        super::resource_limits::QUEUE_PAIRS.destroyed(0);
     }
 }

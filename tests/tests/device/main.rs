@@ -9,6 +9,7 @@ mod datagram;
 mod dead_peer;
 mod examples;
 mod http;
+mod limits;
 mod mckey;
 mod rdma_ops;
 mod rdma_setup;
