@@ -39,17 +39,18 @@ async fn round_trip(client: &RDatagram, server: SocketAddr, msg: &[u8]) {
 /// One socket plays `count` senders, ports `first_port..`: before each datagram it introduces
 /// itself to `server` under the next port, so the server attributes the datagram to a new
 /// peer, learns a route (an address handle) back to it, and echoes through that route.
+/// Returns the socket, still known to the server as its last port.
 async fn many_senders(
     client: RDatagram,
     server: SocketAddr,
     first_port: u16,
     count: u16,
-) -> io::Result<()> {
+) -> io::Result<RDatagram> {
     for port in first_port..first_port + count {
         client.__introduce_as(server, port, client.qp_num()).await?;
         round_trip(&client, server, &port.to_be_bytes()).await;
     }
-    Ok(())
+    Ok(client)
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,18 +70,19 @@ async fn five_thousand_senders_stay_within_max_peers() {
 
     let started = std::time::Instant::now();
     let per_client = SENDERS / CLIENTS;
-    let mut clients = Vec::new();
+    let mut tasks = Vec::new();
     for k in 0..CLIENTS {
         let client = datagram(test_ip()).await;
-        clients.push(tokio::spawn(many_senders(
+        tasks.push(tokio::spawn(many_senders(
             client,
             server_addr,
             20_000 + k * per_client,
             per_client,
         )));
     }
-    for client in clients {
-        client.await.unwrap().unwrap();
+    let mut clients = Vec::new();
+    for task in tasks {
+        clients.push(task.await.unwrap().unwrap());
     }
     println!(
         "{SENDERS} senders in {:.1} s",
@@ -102,6 +104,22 @@ async fn five_thousand_senders_stay_within_max_peers() {
     assert!(
         (DEFAULT_MAX_PEERS..=DEFAULT_MAX_PEERS + SEND_DEPTH).contains(&tables.address_handles),
         "one address handle per route, plus at most the sends in flight: {tables:?}"
+    );
+
+    // The newest senders are still remembered: their next datagrams go out and come back
+    // through the routes the server keeps (no new route, no new address handle).
+    for client in &clients {
+        round_trip(client, server_addr, b"newest again").await;
+    }
+    let after = server.__peer_tables();
+    assert_eq!(
+        (after.routes, after.senders),
+        (tables.routes, tables.senders),
+        "the newest peers' routes were kept: {after:?}"
+    );
+    assert!(
+        after.address_handles <= tables.address_handles,
+        "no new address handle: {after:?}"
     );
 
     // The early peer's route was forgotten; its next datagram teaches the server a new one, and
