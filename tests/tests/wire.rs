@@ -207,16 +207,13 @@ async fn multicast_crosses_the_wire() {
     let group: std::net::IpAddr = "239.77.1.10".parse().unwrap();
     let local = SocketAddr::new(test_ip(), 7605);
     let socket = RDatagram::bind(local).await.unwrap();
-    // Node 2 joins and sends what reaches it through the group back to us by unicast.
+    // Node 2 joins and answers what reaches it through the group with `send_to(from)`: it has
+    // never heard of us otherwise, so the answer arrives only if the group datagram named our
+    // bound address, port included.
     let member = PeerJob::start(
         "mcast-echo",
         "ready",
-        &[
-            &peer_program(),
-            "mcast-echo",
-            &group.to_string(),
-            &local.to_string(),
-        ],
+        &[&peer_program(), "mcast-echo", &group.to_string()],
     )
     .await;
     guard("join", socket.join_multicast(group)).await.unwrap();
@@ -240,10 +237,11 @@ async fn multicast_crosses_the_wire() {
     })
     .await;
     assert_eq!(from.ip(), peer);
+    assert_ne!(from.port(), 0, "the answer names node 2's bound port");
     let text = member.stop().await;
     assert!(
-        text.contains(&format!("group datagram of 12 bytes from {}:", test_ip())),
-        "{text}"
+        text.contains(&format!("group datagram of 12 bytes from {local}\n")),
+        "node 2 names the group datagram's sender with its port: {text}"
     );
 }
 

@@ -39,6 +39,11 @@
 //!   receiver-not-ready retries). Between rdma-async sockets the drops are counted
 //!   ([`DatagramStats::dropped`]).
 //! - A datagram longer than the buffer given to `recv_from` is truncated to it.
+//! - A socket remembers at most [`RDatagramOptions::max_peers`] peers (routes, each with an
+//!   address handle, and senders), forgetting the least recently used first.
+//! - A group datagram from an rdma-async socket names its sender's bound port in its immediate
+//!   data, so `recv_from` reports the sender's address and `send_to` answers it; C tools' group
+//!   datagrams name no port (it is 0).
 //! - The 40-byte Global Route Header the device writes in front of each received datagram is
 //!   read for the sender's address and never handed to the application.
 //!
@@ -52,6 +57,7 @@
 
 mod grh;
 mod hello;
+mod lru;
 mod multicast;
 mod options;
 mod peers;
@@ -61,5 +67,8 @@ mod socket;
 mod stats;
 
 pub use options::RDatagramOptions;
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use socket::PeerTables;
 pub use socket::RDatagram;
 pub use stats::DatagramStats;

@@ -30,9 +30,9 @@ pub(crate) struct Membership {
     lid: u16,
 }
 
-/// Joins `group` from `local` and attaches `qp` to it.
+/// Joins `group` from the socket bound to `local` and attaches its `qp` to it.
 pub(crate) async fn join(
-    local: IpAddr,
+    local: SocketAddr,
     group: IpAddr,
     timeout: Duration,
     options: &IdOptions,
@@ -51,7 +51,7 @@ pub(crate) async fn join(
     }
     let group = SocketAddr::new(group, 0);
     let (id, events) = udp_id(options)?;
-    resolve_addr(&id, &events, local, group, timeout).await?;
+    resolve_addr(&id, &events, local.ip(), group, timeout).await?;
     id.join_multicast(group)?;
     let event = expect(&events, ev::RDMA_CM_EVENT_MULTICAST_JOIN, group, "joining").await?;
     let ud = event
@@ -67,7 +67,8 @@ pub(crate) async fn join(
     Ok(Membership {
         id,
         _events: events,
-        route: Arc::new(Route::new(ah, ud.qp_num, ud.qkey, false)),
+        // Its datagrams name our bound port, so members can answer with `send_to(from)`.
+        route: Arc::new(Route::to_group(ah, ud.qp_num, ud.qkey, local.port())),
         group,
         gid,
         lid,

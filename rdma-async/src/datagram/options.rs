@@ -18,7 +18,11 @@ pub struct RDatagramOptions {
     pub(crate) resolve_timeout: Duration,
     pub(crate) busy_poll: Duration,
     pub(crate) id: IdOptions,
+    pub(crate) max_peers: usize,
 }
+
+/// The default of [`RDatagramOptions::max_peers`].
+const DEFAULT_MAX_PEERS: usize = 1024;
 
 impl Default for RDatagramOptions {
     fn default() -> Self {
@@ -29,13 +33,15 @@ impl Default for RDatagramOptions {
             resolve_timeout: Duration::from_secs(2),
             busy_poll: Duration::from_micros(10),
             id: IdOptions::default(),
+            max_peers: DEFAULT_MAX_PEERS,
         }
     }
 }
 
 impl RDatagramOptions {
     /// The defaults: 128 receive buffers, 64 sends in flight, datagrams up to the port's MTU,
-    /// 2 s address and route resolution timeouts (as `udaddy`), 10 µs busy-poll.
+    /// 2 s address and route resolution timeouts (as `udaddy`), 10 µs busy-poll, 1024 peers
+    /// remembered.
     pub fn new() -> Self {
         Self::default()
     }
@@ -80,6 +86,25 @@ impl RDatagramOptions {
         self
     }
 
+    /// How many peers the socket remembers (1024 by default, at least 1): at most this many
+    /// routes are cached (each holds an address handle of the device), and at most this many
+    /// senders are known by their bound address (and as many anonymous SIDR ports), each table
+    /// forgetting the peer it used least recently to make room for a new one. Every new
+    /// sender, and every SIDR request introducing a new port, adds a peer, so without a bound
+    /// peers could make a socket hold memory and address handles without limit.
+    ///
+    /// A forgotten route costs the next [`send_to`](super::RDatagram::send_to) to that peer a
+    /// new SIDR exchange, or is learned again from the peer's next datagram. A forgotten sender
+    /// is known again when it next resolves the socket; until then its datagrams are
+    /// attributed to its IP address with the port of the latest SIDR request from that address
+    /// that did not introduce itself, or 0. An address handle lives on after its route is
+    /// forgotten until the sends that name it complete, so a socket holds at most
+    /// `max_peers + send_depth` address handles, plus one per group joined.
+    pub fn max_peers(mut self, n: usize) -> Self {
+        self.max_peers = n.max(1);
+        self
+    }
+
     /// The datagram size limit given the port's MTU.
     pub(crate) fn datagram_limit(&self, port_mtu: usize) -> io::Result<usize> {
         match self.max_datagram {
@@ -110,7 +135,11 @@ mod tests {
 
     #[test]
     fn depths_are_at_least_one() {
-        let o = RDatagramOptions::new().recv_depth(0).send_depth(0);
-        assert_eq!((o.recv_depth, o.send_depth), (1, 1));
+        let o = RDatagramOptions::new()
+            .recv_depth(0)
+            .send_depth(0)
+            .max_peers(0);
+        assert_eq!((o.recv_depth, o.send_depth, o.max_peers), (1, 1, 1));
+        assert_eq!(RDatagramOptions::new().max_peers, 1024);
     }
 }

@@ -34,9 +34,11 @@ pub(crate) struct ResponderShared {
 }
 
 impl ResponderShared {
-    pub(crate) fn new(hello: Hello) -> Self {
+    /// Shared state of a socket that introduces itself with `hello` and remembers at most
+    /// `max_peers` senders.
+    pub(crate) fn new(hello: Hello, max_peers: usize) -> Self {
         ResponderShared {
-            sources: Mutex::default(),
+            sources: Mutex::new(Sources::new(max_peers)),
             counters: Counters::default(),
             hello,
             ended: StickyError::default(),

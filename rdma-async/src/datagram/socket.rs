@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 
 use super::grh;
 use super::hello::Hello;
+use super::lru::LruMap;
 use super::multicast::{self, Membership};
 use super::options::RDatagramOptions;
 use super::peers::Route;
@@ -66,7 +67,9 @@ pub struct RDatagram {
     qp: UdQueuePair,
     send: SlotQueue<(), Arc<AddressHandle>>,
     recv: SlotQueue<ArrivedDatagram>,
-    routes: Mutex<HashMap<SocketAddr, RouteSlot>>,
+    /// At most `max_peers` routes, the least recently used forgotten first; a forgotten
+    /// route's address handle lives on in the send slots that still name it.
+    routes: Mutex<LruMap<SocketAddr, RouteSlot>>,
     groups: Mutex<HashMap<IpAddr, Membership>>,
     pd: Arc<ProtectionDomain>,
     shared: Arc<ResponderShared>,
@@ -165,10 +168,13 @@ impl RDatagram {
         // Listening last: peers are answered only once datagrams can be received.
         id.listen(BACKLOG)?;
 
-        let shared = Arc::new(ResponderShared::new(Hello {
-            port: local.port(),
-            qpn: qp.qp_num(),
-        }));
+        let shared = Arc::new(ResponderShared::new(
+            Hello {
+                port: local.port(),
+                qpn: qp.qp_num(),
+            },
+            opts.max_peers,
+        ));
         // Our own datagrams (to ourselves, or looped back from a group) are ours.
         shared.sources().learn_peer(local, qp.qp_num());
         let responder = tokio::spawn(answer_requests(events, shared.clone(), local)).abort_handle();
@@ -176,7 +182,7 @@ impl RDatagram {
         Ok(RDatagram {
             send: SlotQueue::new(async_send_cq, send_depth, None)?,
             recv: SlotQueue::new(async_recv_cq, recv_depth, None)?,
-            routes: Mutex::default(),
+            routes: Mutex::new(LruMap::new(opts.max_peers)),
             groups: Mutex::default(),
             port_num: id.port_num(),
             qp,
@@ -477,7 +483,7 @@ impl RDatagram {
             return Err(already_joined(group));
         }
         let membership = multicast::join(
-            self.local.ip(),
+            self.local,
             group,
             self.resolve_timeout,
             &self.id_options,
@@ -551,12 +557,51 @@ impl RDatagram {
         Ok(ud.ah_attr.traffic_class())
     }
 
+    /// Test hook: a SIDR exchange with `target` in which this socket claims to be bound to
+    /// `port` with queue pair `qpn` (a peer can claim anything there); nothing is cached here.
+    /// One socket plays many senders this way.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send_to`]'s resolution.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn __introduce_as(&self, target: SocketAddr, port: u16, qpn: u32) -> io::Result<()> {
+        let claim = Hello { port, qpn };
+        resolve_peer(
+            self.local.ip(),
+            target,
+            self.resolve_timeout,
+            &self.id_options,
+            claim,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Test hook: how much the socket remembers about peers.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __peer_tables(&self) -> PeerTables {
+        PeerTables {
+            routes: lock(&self.routes).len(),
+            senders: self.shared.sources().len(),
+            address_handles: self.pd.address_handles(),
+        }
+    }
+
     /// The route to `target`: cached, or resolved once by whichever sender asks first.
     async fn route_to(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
         if target.ip().is_multicast() {
             return self.group_route(target.ip());
         }
-        let slot = lock(&self.routes).entry(target).or_default().clone();
+        let slot = lock(&self.routes)
+            .get_or_insert_with(target, RouteSlot::default)
+            .clone();
         slot.get_or_try_init(|| self.resolve_route(target))
             .await
             .cloned()
@@ -723,7 +768,7 @@ impl RDatagram {
             .attribute(addrs.src, wc.src_qp, wc.imm_data, multicast);
         Counters::add(&self.shared.counters.dropped, u64::from(who.missed));
         Counters::add(&self.shared.counters.received, 1);
-        if who.first && !multicast {
+        if !multicast {
             self.learn_reply_route(who.from, who.sequenced, wc, &header);
         }
         Some(ArrivedDatagram {
@@ -734,8 +779,9 @@ impl RDatagram {
     }
 
     /// Caches a route back to the sender of a datagram, from the datagram itself (as
-    /// `udaddy`'s server answers), so replies cost no rdma_cm exchange; senders that are not
-    /// bound sockets (C `udaddy` clients) can only be answered this way.
+    /// `udaddy`'s server answers), unless one is cached, so replies cost no rdma_cm exchange;
+    /// senders that are not bound sockets (C `udaddy` clients) can only be answered this way.
+    /// A route forgotten to make room for others is learned again from the next datagram.
     fn learn_reply_route(
         &self,
         from: SocketAddr,
@@ -743,10 +789,14 @@ impl RDatagram {
         wc: &WorkCompletion,
         header: &[u8; GRH_LEN],
     ) {
-        let slot = lock(&self.routes).entry(from).or_default().clone();
-        if slot.initialized() {
-            return;
-        }
+        let slot = {
+            let mut routes = lock(&self.routes);
+            // Only sends keep a route recently used: a peek.
+            if routes.peek(&from).is_some_and(|slot| slot.initialized()) {
+                return;
+            }
+            routes.get_or_insert_with(from, RouteSlot::default).clone()
+        };
         match AddressHandle::reply_to(self.pd.clone(), wc, header, self.port_num) {
             Ok(ah) => {
                 let route = Route::new(ah, wc.src_qp, self.qp.qkey(), sequenced);
@@ -756,6 +806,19 @@ impl RDatagram {
             Err(e) => tracing::debug!(%from, error = %e, "no reply route from a datagram"),
         }
     }
+}
+
+/// The sizes of a socket's peer tables (a test hook).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerTables {
+    /// Cached routes to peers, resolved or being resolved.
+    pub routes: usize,
+    /// Senders known by their address, and anonymous SIDR ports.
+    pub senders: usize,
+    /// Live address handles: routes', groups' and those only in-flight sends still hold.
+    pub address_handles: usize,
 }
 
 fn already_joined(group: IpAddr) -> io::Error {

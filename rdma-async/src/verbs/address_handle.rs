@@ -52,7 +52,7 @@ impl fmt::Debug for AhAttr {
 #[derive(Debug)]
 pub(crate) struct AddressHandle {
     raw: NonNull<sys::ibv_ah>,
-    _pd: Arc<ProtectionDomain>,
+    pd: Arc<ProtectionDomain>,
 }
 
 // SAFETY: address handles are immutable after creation and may be used from any thread.
@@ -68,7 +68,8 @@ impl AddressHandle {
         // ibv_create_ah only reads during the call.
         let raw = unsafe { sys::ibv_create_ah(pd.as_ptr(), &mut attr) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_create_ah"))?;
-        Ok(AddressHandle { raw, _pd: pd })
+        pd.address_handle_created();
+        Ok(AddressHandle { raw, pd })
     }
 
     /// Creates a handle that answers the sender of a received datagram, from its work
@@ -99,7 +100,8 @@ impl AddressHandle {
         let raw =
             unsafe { sys::ibv_create_ah_from_wc(pd.as_ptr(), &mut sys_wc, &mut sys_grh, port_num) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_create_ah_from_wc"))?;
-        Ok(AddressHandle { raw, _pd: pd })
+        pd.address_handle_created();
+        Ok(AddressHandle { raw, pd })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_ah {
@@ -112,6 +114,7 @@ impl Drop for AddressHandle {
         // SAFETY: the handle is live and destroyed once. Owners keep an `Arc` to it in every
         // send slot that named it until that send completes or the queue pair is destroyed.
         unsafe { sys::ibv_destroy_ah(self.raw.as_ptr()) };
+        self.pd.address_handle_destroyed();
     }
 }
 

@@ -3,6 +3,7 @@
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rdma_async_sys as sys;
 
@@ -17,6 +18,8 @@ use crate::error;
 pub(crate) struct ProtectionDomain {
     raw: NonNull<sys::ibv_pd>,
     id: Arc<CmId>,
+    /// Live address handles on the domain (they bound a datagram socket's device resources).
+    address_handles: AtomicUsize,
 }
 
 // SAFETY: libibverbs objects may be used from any thread.
@@ -31,7 +34,11 @@ impl ProtectionDomain {
         // SAFETY: `ctx` is the live verbs context of a live id.
         let raw = unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_alloc_pd"))?;
-        Ok(ProtectionDomain { raw, id })
+        Ok(ProtectionDomain {
+            raw,
+            id,
+            address_handles: AtomicUsize::new(0),
+        })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_pd {
@@ -40,6 +47,22 @@ impl ProtectionDomain {
 
     pub(crate) fn id(&self) -> &Arc<CmId> {
         &self.id
+    }
+
+    /// How many address handles of the domain are alive.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn address_handles(&self) -> usize {
+        self.address_handles.load(Ordering::Relaxed)
+    }
+
+    /// Counts an address handle created on the domain.
+    pub(super) fn address_handle_created(&self) {
+        self.address_handles.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts an address handle of the domain destroyed.
+    pub(super) fn address_handle_destroyed(&self) {
+        self.address_handles.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

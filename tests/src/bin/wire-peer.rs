@@ -8,8 +8,8 @@
 //!                                 it advertises, then per message: "hash" -> FNV of the region,
 //!                                 anything else echoed
 //! wire-peer dgram-echo PORT       RDatagram: every datagram back to its sender
-//! wire-peer mcast-echo GROUP ADDR joins GROUP; every group datagram to ADDR (unicast; a group
-//!                                 datagram names its sender's IP but not its port)
+//! wire-peer mcast-echo GROUP      joins GROUP; every group datagram back to its sender by
+//!                                 unicast, `send_to(from)` (a group datagram names its sender)
 //! wire-peer soak PORT BYTES SEED PEER_SEED
 //!                                 the far end of the stream soak (rdma_async_tests::soak): one
 //!                                 connection, BYTES each way; prints what it sent and received,
@@ -62,13 +62,7 @@ async fn main() -> io::Result<()> {
             )
             .await
         }
-        "mcast-echo" => {
-            mcast_echo(
-                arg(&args, 2).parse().expect("GROUP"),
-                arg(&args, 3).parse().expect("ADDR"),
-            )
-            .await
-        }
+        "mcast-echo" => mcast_echo(arg(&args, 2).parse().expect("GROUP")).await,
         other => {
             eprintln!("wire-peer: unknown role {other}");
             std::process::exit(2)
@@ -188,7 +182,7 @@ async fn dgram_echo(port: u16) -> io::Result<()> {
     }
 }
 
-async fn mcast_echo(group: IpAddr, reply_to: SocketAddr) -> io::Result<()> {
+async fn mcast_echo(group: IpAddr) -> io::Result<()> {
     let socket = RDatagram::bind(SocketAddr::new(local_ip(), 0)).await?;
     socket.join_multicast(group).await?;
     ready(format!("joined {group}"));
@@ -196,7 +190,7 @@ async fn mcast_echo(group: IpAddr, reply_to: SocketAddr) -> io::Result<()> {
     loop {
         let (n, from) = socket.recv_from(&mut buf).await?;
         println!("group datagram of {n} bytes from {from}");
-        socket.send_to(&buf[..n], reply_to).await?;
+        socket.send_to(&buf[..n], from).await?;
     }
 }
 

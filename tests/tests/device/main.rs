@@ -6,6 +6,7 @@
 
 mod cm;
 mod datagram;
+mod datagram_peers;
 mod dead_peer;
 mod examples;
 mod http;

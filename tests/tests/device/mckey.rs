@@ -99,6 +99,44 @@ async fn three_receivers_and_a_join_leave_cycle() {
 /// RoCE v2 (`cma_iboe_join_multicast` returns ENOTSUPP), which is all Soft-RoCE speaks. The
 /// join must then fail with `Unsupported` and a message that says why, leaving the socket
 /// usable; where the join works, the group must deliver.
+/// A group datagram names its sender's bound address, port included, so a member can answer it
+/// with `send_to(from)`, although the two sockets never exchanged anything before.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_datagram_names_its_sender_who_can_be_answered() {
+    let g = group("239.77.0.9");
+    let sender = datagram(test_ip()).await;
+    let member = datagram(test_ip()).await;
+    let sender_addr = sender.local_addr().unwrap();
+    guard("join", sender.join_multicast(g)).await.unwrap();
+    guard("join", member.join_multicast(g)).await.unwrap();
+    guard("to the group", sender.send_to(b"who is there", (g, 0)))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 64];
+    let (n, from) = guard("group datagram", member.recv_from(&mut buf))
+        .await
+        .unwrap();
+    assert_eq!(&buf[..n], b"who is there");
+    assert_eq!(
+        from, sender_addr,
+        "the sender's bound address, port included"
+    );
+    guard("answer", member.send_to(b"a member", from))
+        .await
+        .unwrap();
+    // The sender receives its own group datagram too (loopback): the answer follows it.
+    let answer = guard("answer", async {
+        loop {
+            let (n, from) = sender.recv_from(&mut buf).await.unwrap();
+            if from != sender_addr {
+                break (buf[..n].to_vec(), from);
+            }
+        }
+    })
+    .await;
+    assert_eq!(answer, (b"a member".to_vec(), member.local_addr().unwrap()));
+}
+
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ipv6_group() {
     let g = group("ff0e::77:1");
