@@ -23,6 +23,8 @@ mod id_options;
 pub(crate) mod link;
 pub(crate) mod listener;
 mod params;
+#[cfg(feature = "test-hooks")]
+mod parked;
 mod request;
 pub(crate) mod resolve;
 
@@ -33,4 +35,7 @@ pub use listener::CmListener;
 pub use params::{
     ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use parked::{ParkedConnect, ParkedOutcome};
 pub use request::ConnectRequest;
