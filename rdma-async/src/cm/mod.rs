@@ -16,6 +16,7 @@
 //! | `CONNECT_ERROR`, `DISCONNECTED` during the handshake | `ConnectionAborted` |
 //! | `DISCONNECTED` on an established connection | reads: `ConnectionReset`; writes: `BrokenPipe` |
 
+pub(crate) mod accept_failure;
 mod error;
 mod events;
 pub(crate) mod handshake;
