@@ -30,8 +30,10 @@ use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
 /// A handshake needs one round trip after the accept goes out (the peer's RTU), which takes
 /// milliseconds even on emulated Soft-RoCE. rdma_cm resends an unanswered accept every
 /// 4.3 s (its CM response timeout, 2^20 × 4.096 µs), so 10 s lets the handshake survive two lost
-/// packets, while a peer that never answers holds a server's handshake slot for 10 s instead of
-/// rdma_cm's own limit of 16 tries (about 70 s).
+/// packets, while a peer that never answers holds a server's handshake slot for 10 s. rdma_cm's
+/// own bound on that wait comes from the client's request (its response timeout and retry
+/// count), so a hostile client picks it: with librdmacm clients it had not ended after
+/// 3 minutes in the test guest.
 pub(crate) const DEFAULT_ACCEPT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How the active side reaches a peer, and how long the passive side waits for one; every
