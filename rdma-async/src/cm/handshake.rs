@@ -26,7 +26,19 @@ use super::request::ConnectRequest;
 use super::resolve::connect_each;
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
 
-/// How the active side reaches a peer; every connecting type's options embed one.
+/// The default bound on an accept (see `accept_timeout` in [`dial_setters`]).
+///
+/// A handshake needs one round trip after the accept goes out (the peer's RTU), which takes
+/// milliseconds even on emulated Soft-RoCE. rdma_cm resends an unanswered accept every
+/// 4.3 s (its CM response timeout, 2^20 × 4.096 µs), so 10 s lets the handshake survive two lost
+/// packets, while a peer that never answers holds a server's handshake slot for 10 s. rdma_cm's
+/// own bound on that wait comes from the client's request (its response timeout and retry
+/// count), so a hostile client picks it: with librdmacm clients it had not ended after
+/// 3 minutes in the test guest.
+pub(crate) const DEFAULT_ACCEPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How the active side reaches a peer, and how long the passive side waits for one; every
+/// connecting type's options embed one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct DialOptions {
     /// The local address to connect from.
@@ -35,6 +47,8 @@ pub(crate) struct DialOptions {
     pub(crate) resolve_timeout: Duration,
     /// A bound on the whole connect, per address tried.
     pub(crate) connect_timeout: Option<Duration>,
+    /// A bound on an accept, from the request to the established connection.
+    pub(crate) accept_timeout: Duration,
     /// `rdma_set_option` options of the id.
     pub(crate) id: IdOptions,
 }
@@ -45,6 +59,7 @@ impl Default for DialOptions {
             bind: None,
             resolve_timeout: Duration::from_secs(2),
             connect_timeout: None,
+            accept_timeout: DEFAULT_ACCEPT_TIMEOUT,
             id: IdOptions::default(),
         }
     }
@@ -63,6 +78,16 @@ macro_rules! dial_setters {
         /// A bound on the whole connect, per address tried (none by default).
         pub fn connect_timeout(mut self, time: std::time::Duration) -> Self {
             self.dial.connect_timeout = Some(time);
+            self
+        }
+
+        /// A bound on accepting a connection, from the peer's request to the established
+        /// connection (10 s by default). A peer that sends a connection request and then never
+        /// completes the handshake is rejected when it passes, and the accept fails with
+        /// `TimedOut`; a listener (`RListener`) gives each of its handshakes this bound, so
+        /// silent peers cannot hold its handshake slots.
+        pub fn accept_timeout(mut self, time: std::time::Duration) -> Self {
+            self.dial.accept_timeout = time;
             self
         }
 
@@ -206,10 +231,43 @@ async fn connect_one<P>(
 }
 
 /// Accepts `request`: sets the id options that apply to an accepted id (the accepting type's
-/// `options`, falling back to the listener's, which the request carries), builds the queue pair
+/// `dial.id`, falling back to the listener's, which the request carries), builds the queue pair
 /// with `build`, accepts with `params` (and `build`'s private data, if any), and hands what
 /// `build` made and the established link to `finish`.
+///
+/// The whole of it is bounded by `dial.accept_timeout`: when that passes, everything created is
+/// dropped, which rejects the request (or, once the accept went out, destroys the id, and
+/// rdma_cm rejects the connection the peer never completed).
 pub(crate) async fn accept<P, T>(
+    request: ConnectRequest,
+    dial: &DialOptions,
+    params: &ConnParams,
+    build: impl FnOnce(&Arc<CmId>) -> io::Result<(P, Option<Vec<u8>>)>,
+    finish: impl FnOnce(P, CmLink) -> io::Result<T>,
+) -> io::Result<T> {
+    let peer = request.peer_addr();
+    let deadline = dial.accept_timeout;
+    match tokio::time::timeout(
+        deadline,
+        accept_within(request, &dial.id, params, build, finish),
+    )
+    .await
+    {
+        Ok(result) => result,
+        Err(_elapsed) => {
+            tracing::debug!(%peer, ?deadline, "handshake timed out: rejected");
+            Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "{peer} did not complete the connection handshake within {deadline:?}: \
+                     its request was rejected"
+                ),
+            ))
+        }
+    }
+}
+
+async fn accept_within<P, T>(
     request: ConnectRequest,
     options: &IdOptions,
     params: &ConnParams,

@@ -8,12 +8,13 @@ use rdma_async_sys::rdma_cm_event_type as ev;
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
+use super::accept_failure::AcceptFailure;
 use super::events::CmEvents;
 use super::handshake;
 use super::id_options::IdOptions;
 use super::request::ConnectRequest;
 use super::resolve::each_addr;
-use crate::verbs::{CmId, EventChannel, PortSpace};
+use crate::verbs::{CmEvent, CmId, EventChannel, IncomingId, PortSpace};
 
 /// The backlog `bind` uses, as tokio's `TcpListener::bind`.
 pub(crate) const DEFAULT_BACKLOG: i32 = 1024;
@@ -121,45 +122,64 @@ impl CmListener {
     ///
     /// # Errors
     ///
-    /// `NetworkDown` when the device was removed (the listener is then unusable); errors creating
-    /// the request's own event channel fail only that request.
+    /// `NetworkDown` when the device was removed (the listener is then unusable). An error
+    /// setting up one request on this host (its own event channel: out of file descriptors)
+    /// fails only that request, which is rejected: the next call waits for the next one, as
+    /// `TcpListener::accept` goes on after `EMFILE`.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a request is taken from the channel only when it is returned.
     pub async fn accept_request(&self) -> io::Result<ConnectRequest> {
+        self.request().await.map_err(AcceptFailure::into_error)
+    }
+
+    /// As [`Self::accept_request`], telling the listener's own failures from a request's.
+    pub(crate) async fn request(&self) -> Result<ConnectRequest, AcceptFailure> {
         self.next_request().instrument(self.span.clone()).await
     }
 
-    async fn next_request(&self) -> io::Result<ConnectRequest> {
+    async fn next_request(&self) -> Result<ConnectRequest, AcceptFailure> {
         let _turn = self.accept_turn.lock().await;
         loop {
-            let mut event = self.events.next().await?;
+            let mut event = self.events.next().await.map_err(AcceptFailure::Listener)?;
             match event.kind {
                 ev::RDMA_CM_EVENT_CONNECT_REQUEST => {
                     let Some(incoming) = event.incoming.take() else {
                         continue;
                     };
-                    let channel = Arc::new(EventChannel::new()?);
-                    let events = CmEvents::new(channel.clone())?;
-                    let id = Arc::new(CmId::from_incoming(incoming, channel)?);
-                    return ConnectRequest::new(
-                        id,
-                        events,
-                        event,
-                        self.local,
-                        self.options.clone(),
-                    );
+                    return self.take_request(incoming, event).map_err(|e| {
+                        // Dropping the id on the way out rejected the request.
+                        tracing::warn!(error = %e, "connection request failed: rejected");
+                        AcceptFailure::Request(e)
+                    });
                 }
                 ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
                     tracing::error!("the RDMA device of the listener was removed");
-                    return Err(io::Error::new(
+                    return Err(AcceptFailure::Listener(io::Error::new(
                         io::ErrorKind::NetworkDown,
                         format!("the RDMA device of listener {} was removed", self.local),
-                    ));
+                    )));
                 }
                 _ => tracing::debug!(event = event.name(), "ignoring rdma_cm event on a listener"),
             }
         }
+    }
+
+    /// Moves a request's id onto an event channel of its own.
+    fn take_request(&self, incoming: IncomingId, event: CmEvent) -> io::Result<ConnectRequest> {
+        let fail = |e: io::Error| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "taking a connection request on listener {}: {e}",
+                    self.local
+                ),
+            )
+        };
+        let channel = Arc::new(EventChannel::new().map_err(fail)?);
+        let events = CmEvents::new(channel.clone()).map_err(fail)?;
+        let id = Arc::new(CmId::from_incoming(incoming, channel).map_err(fail)?);
+        ConnectRequest::new(id, events, event, self.local, self.options.clone())
     }
 }

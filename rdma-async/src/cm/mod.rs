@@ -16,6 +16,7 @@
 //! | `CONNECT_ERROR`, `DISCONNECTED` during the handshake | `ConnectionAborted` |
 //! | `DISCONNECTED` on an established connection | reads: `ConnectionReset`; writes: `BrokenPipe` |
 
+pub(crate) mod accept_failure;
 mod error;
 mod events;
 pub(crate) mod handshake;
@@ -23,6 +24,8 @@ mod id_options;
 pub(crate) mod link;
 pub(crate) mod listener;
 mod params;
+#[cfg(feature = "test-hooks")]
+mod parked;
 mod reject_reason;
 mod request;
 pub(crate) mod resolve;
@@ -34,4 +37,7 @@ pub use listener::CmListener;
 pub use params::{
     ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+pub use parked::{ParkedConnect, ParkedOutcome};
 pub use request::ConnectRequest;

@@ -156,8 +156,10 @@ impl Endpoint {
     ///
     /// # Errors
     ///
-    /// `ConnectionAborted` when the peer gives up during the handshake; `InvalidInput` for bad
-    /// options or oversized private data; verbs errors creating the queue pair.
+    /// `ConnectionAborted` when the peer gives up during the handshake; `TimedOut` (the request
+    /// rejected) when the peer does not complete it within the options' `accept_timeout`;
+    /// `InvalidInput` for bad options or oversized private data; verbs errors creating the
+    /// queue pair.
     ///
     /// # Cancel safety
     ///
@@ -169,7 +171,7 @@ impl Endpoint {
         options.check()?;
         handshake::accept(
             request,
-            &options.dial.id,
+            &options.dial,
             &options.params,
             |id| Ok((build(id, options)?, None)),
             |parts, link| Self::assemble(parts, link, options),

@@ -51,10 +51,12 @@ impl axum::serve::Listener for RListener {
     type Addr = SocketAddr;
 
     /// Waits for the next connection. axum's contract is that this never fails, so errors are
-    /// handled here: per-connection failures (already skipped by [`RListener::accept`], and
-    /// `ConnectionRefused` / `ConnectionAborted` / `ConnectionReset`, which name one peer) are
-    /// retried at once; any other error is of the listener itself and is logged, then retried
-    /// after one second so that a persistent failure does not spin.
+    /// handled here as axum's own `TcpListener` impl handles them: failures caused by one peer
+    /// (already skipped by [`RListener::accept`], and `ConnectionRefused` /
+    /// `ConnectionAborted` / `ConnectionReset`) are retried at once; any other error (a request
+    /// this host could not set up, such as `EMFILE`, or the listener's own failure) is logged,
+    /// then retried after one second, so that a persistent condition does not spin while
+    /// descriptors or the device come back.
     ///
     /// # Cancel safety
     ///

@@ -2,9 +2,11 @@
 //! handlers still see `Request::remote_addr()`.
 //!
 //! Server: [`RListener::into_incoming`](crate::stream::RListener::into_incoming) is the
-//! incoming stream for `serve_with_incoming`. Handshakes run concurrently, and a listener that
-//! fails for good (its device was removed) yields its error once and then ends the stream, so
-//! the server returns instead of spinning.
+//! incoming stream for `serve_with_incoming`. Handshakes run concurrently, each bounded by the
+//! listener's `accept_timeout`; a request that fails (one the server could not set up, such as
+//! `EMFILE`, or one the peer broke) is logged and skipped, so it never stops the server; a
+//! listener that fails for good (its device was removed) yields its error once and then ends
+//! the stream, so the server returns instead of spinning.
 //!
 //! ```no_run
 //! use rdma_async::stream::RListener;

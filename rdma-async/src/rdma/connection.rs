@@ -280,10 +280,11 @@ impl RdmaConnection {
     ///
     /// # Errors
     ///
-    /// `ConnectionAborted` when the peer gives up during the handshake; `InvalidInput` for bad
-    /// options or oversized private data; verbs errors creating the queue pair (`OutOfMemory`
-    /// naming the limit when the device is out of them; the request is then rejected with the
-    /// reason, which the client's error shows).
+    /// `ConnectionAborted` when the peer gives up during the handshake; `TimedOut` (the request
+    /// rejected) when the peer does not complete it within the options' `accept_timeout`;
+    /// `InvalidInput` for bad options or oversized private data; verbs errors creating the
+    /// queue pair (`OutOfMemory` naming the limit when the device is out of them; the request is
+    /// then rejected with the reason, which the client's error shows).
     ///
     /// # Cancel safety
     ///
@@ -292,7 +293,7 @@ impl RdmaConnection {
         options.check()?;
         handshake::accept(
             request,
-            &options.dial.id,
+            &options.dial,
             &options.params,
             |id| Ok((build(id, options)?, None)),
             |parts, link| Ok(Self::assemble(parts, link, options)),

@@ -16,6 +16,7 @@ use tracing::Instrument;
 use super::options::RStreamOptions;
 use super::rstream::RStream;
 use crate::cm::CmListener;
+use crate::cm::accept_failure::{AcceptFailure, caused_by_peer, request_failed};
 use crate::cm::listener::DEFAULT_BACKLOG;
 
 /// How many handshakes may be in progress at once; further requests wait in rdma_cm's backlog.
@@ -28,9 +29,12 @@ type Handshake = Result<(RStream, SocketAddr), (io::Error, SocketAddr)>;
 ///
 /// Options set on the listener apply to every accepted stream (as rsockets' accepted sockets
 /// inherit the listener's). Handshakes run concurrently in tasks of their own (up to 64 at a
-/// time), so a slow or silent peer does not hold up the others. A handshake that fails (a peer
-/// that sends invalid connection data or goes away) fails only that connection: `accept` logs
-/// it and waits for the next one.
+/// time; later requests wait in rdma_cm's backlog), so a slow peer does not hold up the others,
+/// and each is bounded by the options' `accept_timeout` (10 s by default), so silent peers
+/// cannot hold the slots: a peer that sends a request and never completes the handshake is
+/// rejected when it passes. A handshake that fails because of the peer (invalid connection
+/// data, no answer in time, a peer that goes away) fails only that connection: `accept` logs it
+/// and waits for the next one.
 #[derive(Debug)]
 pub struct RListener {
     cm: Arc<CmListener>,
@@ -112,8 +116,14 @@ impl RListener {
     ///
     /// # Errors
     ///
-    /// Only errors of the listener itself (`NetworkDown` when the device went away);
-    /// per-connection failures are logged and skipped.
+    /// `NetworkDown` when the device went away: the listener is unusable. A connection request
+    /// that this host could not set up (out of file descriptors, `EMFILE`; out of memory or
+    /// queue pairs) is rejected and its error returned, and the listener stays usable: the next
+    /// `accept` takes the next request, as with `TcpListener::accept` after `EMFILE`. Handshakes
+    /// that fail because of the peer (invalid rsockets connection data, no answer within
+    /// `accept_timeout`, a peer that gives up) are logged and skipped, as a TCP listener never
+    /// returns connections that did not complete. ([`Self::into_incoming`], for servers, skips
+    /// every failure of a single request and ends only with the listener.)
     ///
     /// # Cancel safety
     ///
@@ -121,6 +131,13 @@ impl RListener {
     /// finishes after the future was dropped is returned by the next `accept`. They end when
     /// the listener is dropped.
     pub async fn accept(&self) -> io::Result<(RStream, SocketAddr)> {
+        self.next_connection()
+            .await
+            .map_err(AcceptFailure::into_error)
+    }
+
+    /// As [`Self::accept`], telling the listener's own failures from a request's.
+    async fn next_connection(&self) -> Result<(RStream, SocketAddr), AcceptFailure> {
         let mut handshakes = self.handshakes.lock().await;
         loop {
             tokio::select! {
@@ -128,12 +145,16 @@ impl RListener {
                 biased;
                 Some(done) = handshakes.join_next(), if !handshakes.is_empty() => match done {
                     Ok(Ok(accepted)) => return Ok(accepted),
-                    Ok(Err((e, peer))) => {
+                    Ok(Err((e, peer))) if caused_by_peer(&e) => {
                         tracing::warn!(parent: self.cm.span(), %peer, error = %e, "rsocket handshake failed");
+                    }
+                    Ok(Err((e, peer))) => {
+                        tracing::warn!(parent: self.cm.span(), %peer, error = %e, "could not set up a connection: rejected");
+                        return Err(AcceptFailure::Request(request_failed(peer, e)));
                     }
                     Err(e) => tracing::error!(parent: self.cm.span(), error = %e, "rsocket handshake task failed"),
                 },
-                request = self.cm.accept_request(), if handshakes.len() < MAX_HANDSHAKES => {
+                request = self.cm.request(), if handshakes.len() < MAX_HANDSHAKES => {
                     let request = request?;
                     let options = self.options.clone();
                     let handshake = async move {
@@ -151,19 +172,22 @@ impl RListener {
 }
 
 impl RListener {
-    /// The accepted connections as a [`Stream`] (for `serve_with_incoming`-style APIs). An
-    /// error of the listener itself is yielded once, then the stream ends, so a consumer that
-    /// retries errors does not spin on a dead listener.
+    /// The accepted connections as a [`Stream`] (for `serve_with_incoming`-style APIs, such as
+    /// tonic's). A failure of one request (one this host could not set up, such as `EMFILE`, or
+    /// one the peer broke) is logged and skipped, so it never stops a server; an error of the
+    /// listener itself (its device went away) is yielded once, then the stream ends, so a
+    /// consumer that retries errors does not spin on a dead listener.
     pub fn into_incoming(self) -> Incoming {
         let listener = Arc::new(self);
         Incoming::new(Box::new(move || {
             let listener = listener.clone();
-            Box::pin(async move { listener.accept().await })
+            Box::pin(async move { listener.next_connection().await })
         }))
     }
 }
 
-type AcceptFuture = Pin<Box<dyn Future<Output = io::Result<(RStream, SocketAddr)>> + Send>>;
+type AcceptFuture =
+    Pin<Box<dyn Future<Output = Result<(RStream, SocketAddr), AcceptFailure>> + Send>>;
 
 /// The connections of an [`RListener`], from [`RListener::into_incoming`].
 pub struct Incoming {
@@ -202,14 +226,20 @@ impl Stream for Incoming {
         let this = &mut *self;
         let accept = this.accept.get_or_insert_with(&mut this.next);
         let result = ready!(accept.as_mut().poll(cx));
-        self.accept = None;
-        Poll::Ready(Some(match result {
-            Ok((stream, _peer)) => Ok(stream),
-            Err(e) => {
-                self.done = true;
-                Err(e)
+        this.accept = None;
+        match result {
+            Ok((stream, _peer)) => Poll::Ready(Some(Ok(stream))),
+            // Logged where it happened. Yield before the next accept, so that a burst of
+            // failing requests cannot keep the task busy.
+            Err(AcceptFailure::Request(_)) => {
+                cx.waker().wake_by_ref();
+                Poll::Pending
             }
-        }))
+            Err(AcceptFailure::Listener(e)) => {
+                this.done = true;
+                Poll::Ready(Some(Err(e)))
+            }
+        }
     }
 }
 
@@ -223,7 +253,12 @@ mod tests {
         let mut incoming = Incoming::new(Box::new(move || {
             accepts += 1;
             assert_eq!(accepts, 1, "accept was retried after the listener failed");
-            Box::pin(async { Err(io::Error::new(io::ErrorKind::NetworkDown, "device removed")) })
+            Box::pin(async {
+                Err(AcceptFailure::Listener(io::Error::new(
+                    io::ErrorKind::NetworkDown,
+                    "device removed",
+                )))
+            })
         }));
         let mut cx = Context::from_waker(std::task::Waker::noop());
         let mut incoming = Pin::new(&mut incoming);
@@ -236,6 +271,49 @@ mod tests {
                 incoming.as_mut().poll_next(&mut cx),
                 Poll::Ready(None)
             ));
+        }
+    }
+
+    #[test]
+    fn request_failures_are_skipped_and_the_stream_goes_on() {
+        let mut accepts = 0;
+        let mut incoming = Incoming::new(Box::new(move || {
+            accepts += 1;
+            let n = accepts;
+            Box::pin(async move {
+                Err(if n <= 3 {
+                    AcceptFailure::Request(io::Error::from_raw_os_error(libc::EMFILE))
+                } else {
+                    AcceptFailure::Listener(io::Error::new(io::ErrorKind::NetworkDown, "gone"))
+                })
+            })
+        }));
+        let woken = std::sync::Arc::new(WakeCount::default());
+        let waker = std::task::Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        let mut incoming = Pin::new(&mut incoming);
+        // Each failed request: nothing yielded, the task asked to be polled again.
+        for round in 1..=3 {
+            assert!(incoming.as_mut().poll_next(&mut cx).is_pending());
+            assert_eq!(woken.0.load(std::sync::atomic::Ordering::Relaxed), round);
+        }
+        // Only the listener's own failure reaches the consumer, and ends the stream.
+        match incoming.as_mut().poll_next(&mut cx) {
+            Poll::Ready(Some(Err(e))) => assert_eq!(e.kind(), io::ErrorKind::NetworkDown),
+            other => panic!("expected the listener's error, got {other:?}"),
+        }
+        assert!(matches!(
+            incoming.as_mut().poll_next(&mut cx),
+            Poll::Ready(None)
+        ));
+    }
+
+    #[derive(Default)]
+    struct WakeCount(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for WakeCount {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
     }
 }

@@ -216,9 +216,10 @@ impl RStream {
     /// # Errors
     ///
     /// `InvalidData` when the request does not carry rsockets version 1 connection data (the
-    /// request is then rejected), `OutOfMemory` when registering the rings or creating the
-    /// queues hits a limit (the request is then rejected with the reason, which the client's
-    /// error shows), or the handshake's error.
+    /// request is then rejected), `TimedOut` (the request rejected) when the peer does not
+    /// complete the handshake within the options' `accept_timeout`, `OutOfMemory` when
+    /// registering the rings or creating the queues hits a limit (the request is then rejected
+    /// with the reason, which the client's error shows), or the handshake's error.
     ///
     /// # Cancel safety
     ///
@@ -237,7 +238,7 @@ impl RStream {
         // request whose connection data does not fit.
         handshake::accept(
             request,
-            &options.dial.id,
+            &options.dial,
             &rsocket_params(),
             |id| {
                 let (mut parts, data) = stream_core::build(id, options)?;
@@ -382,6 +383,24 @@ impl RStream {
     #[doc(hidden)]
     pub fn __send_raw_immediate(&self, imm: u32) -> io::Result<()> {
         self.inner.core().send_raw_immediate(imm)
+    }
+
+    /// Test hook: the rsockets connection data a connection request with `options` carries
+    /// (its rings at made-up addresses), for a test that plays a client which sends a request
+    /// and never completes the handshake (`cm::ParkedConnect`).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __request_data(options: &RStreamOptions) -> Vec<u8> {
+        let layout = crate::proto::LocalLayout {
+            rbuf_addr: 0x1000,
+            rbuf_rkey: 1,
+            target_sgl_addr: 0x2000,
+            target_sgl_rkey: 2,
+        };
+        crate::proto::Connection::new(options.config(), layout)
+            .local_conn_data()
+            .encode()
+            .to_vec()
     }
 
     /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an

@@ -33,6 +33,9 @@ pub(crate) struct RawConnParam {
     pub(crate) flow_control: u8,
     pub(crate) retry_count: u8,
     pub(crate) rnr_retry_count: u8,
+    /// The queue pair number a request announces when its id has no queue pair (only the
+    /// `test-hooks` parked requests send one; otherwise librdmacm announces the id's own).
+    pub(crate) qp_num: u32,
 }
 
 impl RawConnParam {
@@ -53,7 +56,7 @@ impl RawConnParam {
             retry_count: self.retry_count,
             rnr_retry_count: self.rnr_retry_count,
             srq: 0,
-            qp_num: 0,
+            qp_num: self.qp_num,
         })
     }
 }

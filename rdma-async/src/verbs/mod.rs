@@ -35,7 +35,7 @@ pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
 pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use device_attr::IdDevice;
 pub(crate) use device_list::DeviceList;
-pub(crate) use event_channel::{CmEvent, EventChannel, UdParam};
+pub(crate) use event_channel::{CmEvent, EventChannel, IncomingId, UdParam};
 pub(crate) use in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
 pub(crate) use memory::{Access, RegisteredBuffer};
 pub(crate) use protection_domain::ProtectionDomain;

@@ -10,6 +10,11 @@
 //! wire-peer dgram-echo PORT       RDatagram: every datagram back to its sender
 //! wire-peer mcast-echo GROUP      joins GROUP; every group datagram back to its sender by
 //!                                 unicast, `send_to(from)` (a group datagram names its sender)
+//! wire-peer park ADDR PARKED OPEN
+//!                                 clients of the RStream listener at ADDR: OPEN connections
+//!                                 that echo once and stay open, then PARKED connection
+//!                                 requests that never complete their handshake; prints `ready`
+//!                                 and holds them all until killed
 //! wire-peer soak PORT BYTES SEED PEER_SEED
 //!                                 the far end of the stream soak (rdma_async_tests::soak): one
 //!                                 connection, BYTES each way; prints what it sent and received,
@@ -20,11 +25,11 @@
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-use rdma_async::cm::CmListener;
+use rdma_async::cm::{CmListener, ParkedConnect};
 use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
-use rdma_async::stream::RListener;
+use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
 use rdma_async_tests::soak::{rss_kib, soak_stream};
 use rdma_async_tests::wire::Fnv;
@@ -53,6 +58,14 @@ async fn main() -> io::Result<()> {
         "endpoint-echo" => endpoint_echo(port(arg(&args, 2))).await,
         "rdma" => rdma(port(arg(&args, 2)), arg(&args, 3).parse().expect("LEN")).await,
         "dgram-echo" => dgram_echo(port(arg(&args, 2))).await,
+        "park" => {
+            park(
+                arg(&args, 2).parse().expect("ADDR"),
+                arg(&args, 3).parse().expect("PARKED"),
+                arg(&args, 4).parse().expect("OPEN"),
+            )
+            .await
+        }
         "soak" => {
             soak(
                 port(arg(&args, 2)),
@@ -106,6 +119,30 @@ async fn stream_echo(port: u16) -> io::Result<()> {
             );
         });
     }
+}
+
+async fn park(addr: SocketAddr, parked: usize, open: usize) -> io::Result<()> {
+    let options = RStreamOptions::new()
+        .send_buffer_size(8192)
+        .recv_buffer_size(8192);
+    let mut streams = Vec::with_capacity(open);
+    for _ in 0..open {
+        let mut stream = RStream::connect_with(addr, &options).await?;
+        stream.write_all(b"open").await?;
+        let mut back = [0u8; 4];
+        stream.read_exact(&mut back).await?;
+        assert_eq!(&back, b"open");
+        streams.push(stream);
+    }
+    let data = RStream::__request_data(&options);
+    let mut requests = Vec::with_capacity(parked);
+    for _ in 0..parked {
+        let request = ParkedConnect::resolve(addr).await?;
+        request.send_request(&data)?;
+        requests.push(request);
+    }
+    ready(format!("{open} open, {parked} parked"));
+    std::future::pending::<io::Result<()>>().await
 }
 
 async fn endpoint_echo(port: u16) -> io::Result<()> {
