@@ -348,6 +348,15 @@ impl RdmaConnection {
         self.shared.link.qp_ack_timeout()
     }
 
+    /// Test hook: the completion task's next wait fails as if `ibv_poll_cq` had failed, which
+    /// ends the connection: every pending operation ends with that cause, as does every later
+    /// one. The task waits only when woken, so the next completion (or disconnect) triggers it.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __fail_next_poll(&self) {
+        self.shared.cq.fail_next_poll();
+    }
+
     /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
     /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
     ///
