@@ -7,11 +7,13 @@
 mod cm;
 mod datagram;
 mod dead_peer;
+mod dropped_runtime;
 mod examples;
 mod http;
 mod mckey;
 mod rdma_ops;
 mod rdma_setup;
+mod repost_failure;
 mod rnr;
 mod rping;
 mod server_options;
