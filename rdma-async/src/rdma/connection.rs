@@ -112,6 +112,12 @@ impl Received {
 /// outstanding work request completes as flushed, and frees the buffers once those completions
 /// have been polled (by the connection's task, which lingers for that; at most 10 s, after which
 /// the queue pair is destroyed before its buffers are freed, which is equally safe).
+///
+/// The completion task runs on the Tokio runtime the connection was created on. If that task
+/// cannot go on (polling the completion queue fails, or the runtime is shut down while the
+/// connection is still in use), the connection ends: its queue pair is destroyed, every pending
+/// operation ends with the cause and gets its buffers back, and every later one is refused with
+/// it.
 #[derive(Debug)]
 pub struct RdmaConnection {
     shared: Arc<ConnShared>,
