@@ -87,6 +87,12 @@ pub(crate) async fn answer_requests(
     shared: Arc<ResponderShared>,
     local: SocketAddr,
 ) {
+    // Dropped with the task, when its runtime is shut down (or the socket aborts it): the
+    // socket's operations then end with a clear error instead of waiting for the responder.
+    let _ended = EndOnDrop {
+        shared: shared.clone(),
+        local,
+    };
     loop {
         let mut event = match events.next().await {
             Ok(event) => event,
@@ -111,6 +117,26 @@ pub(crate) async fn answer_requests(
                 "ignoring rdma_cm event on a datagram socket"
             ),
         }
+    }
+}
+
+/// Records, when the responder task is dropped, that the socket can no longer work (unless it
+/// ended already for another reason).
+struct EndOnDrop {
+    shared: Arc<ResponderShared>,
+    local: SocketAddr,
+}
+
+impl Drop for EndOnDrop {
+    fn drop(&mut self) {
+        self.shared.end(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!(
+                "datagram socket {} ended: the Tokio runtime that ran it (where it was bound) was \
+                 shut down; bind sockets on a runtime that outlives them",
+                self.local
+            ),
+        ));
     }
 }
 

@@ -234,6 +234,14 @@ impl Endpoint {
         self.link.qp_ack_timeout()
     }
 
+    /// Test hook: the next receive this endpoint posts fails (as `ibv_post_recv` returning
+    /// `ENOMEM`), to check that such a failure ends the connection with that cause.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __fail_next_post_recv(&self) {
+        self.qp.fail_next_post_recv();
+    }
+
     /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
     /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
     ///
@@ -422,7 +430,15 @@ impl Endpoint {
         if let Err(e) = self.qp.post_recv(wc.wr_id, Some(segment))
             && !self.link.is_disconnected()
         {
+            // One receive fewer would fail one of the peer's later sends (receiver not ready)
+            // and leave the endpoint's books wrong: end the connection, with this cause. The
+            // rest of the batch is still reaped, so what arrived stays readable first.
+            tracing::warn!(parent: self.link.span(), error = %e, "posting a receive again failed; closing the connection");
+            self.send
+                .error()
+                .set(io::Error::new(e.kind(), e.to_string()));
             self.recv.error().set(e);
+            let _ = self.link.disconnect();
         }
     }
 

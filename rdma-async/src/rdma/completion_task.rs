@@ -1,6 +1,10 @@
 //! The connection's completion task: it polls the completion queue, hands each completion to
 //! the slot of its work request (waking the operation that waits, or freeing the buffers of one
 //! that was dropped), and on close drains the queue pair before anything is freed.
+//!
+//! Operations wait only on the task, so a task that ends early (polling failed, no waiter could
+//! be registered, or its runtime was shut down, which drops the task) must not leave them
+//! waiting: its [`TaskExit`] guard then ends the connection ([`ConnShared::fail`]).
 
 use std::io;
 use std::sync::Arc;
@@ -151,6 +155,36 @@ impl ConnShared {
         )
     }
 
+    /// Ends the connection for good after its completion task ended early with `cause`: later
+    /// operations are refused with it, and every outstanding one ends with it (as flushed)
+    /// and gets its buffers back. No buffer is handed back while the device could still touch
+    /// it: the queue pair is destroyed first.
+    fn fail(&self, cause: io::Error) {
+        tracing::warn!(parent: self.link.span(), error = %cause, "the connection's completion task ended; failing the connection");
+        self.failure.set(cause);
+        // Posts happen only while the link is open (`while_open`, under its lock), so none
+        // is in progress or follows once this returns; the peer learns the connection ended.
+        let _ = self.link.disconnect();
+        // What already completed is handed over as usual (if the queue can still be polled),
+        // so a finished operation keeps its result.
+        self.dispatch_queued();
+        self.qp.destroy();
+        // Providers may leave a destroyed queue pair's last completions in the queue.
+        self.dispatch_queued();
+        for (queue, held) in self.table.flush_all() {
+            drop(held);
+            self.slots(queue).add_permits(1);
+        }
+    }
+
+    /// Dispatches what the completion queue holds, without waiting; stops at a poll failure.
+    fn dispatch_queued(&self) {
+        let mut wcs = [WorkCompletion::EMPTY; 32];
+        while let Ok(n @ 1..) = self.cq.try_poll(&mut wcs) {
+            self.dispatch(&wcs[..n]);
+        }
+    }
+
     fn dispatch(&self, wcs: &[WorkCompletion]) {
         for wc in wcs {
             if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
@@ -245,14 +279,45 @@ impl Drop for Claim<'_> {
     }
 }
 
+/// Ends the connection ([`ConnShared::fail`]) when the completion task ends without finishing
+/// a close: on a polling failure, and when the task is dropped (its runtime was shut down).
+struct TaskExit {
+    shared: Arc<ConnShared>,
+    /// Why the task ends if it ends now; `None` once a close finished.
+    cause: Option<io::Error>,
+}
+
+impl Drop for TaskExit {
+    fn drop(&mut self) {
+        if let Some(cause) = self.cause.take() {
+            self.shared.fail(cause);
+        }
+    }
+}
+
 /// The completion task of one connection. It ends when the connection was dropped and every
-/// outstanding work request completed (or flushed), or after [`DRAIN_LIMIT`].
+/// outstanding work request completed (or flushed), or after [`DRAIN_LIMIT`]; if it ends any
+/// other way, its [`TaskExit`] fails the connection.
 pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
+    let peer = shared.link.peer_addr();
+    let mut exit = TaskExit {
+        shared,
+        cause: Some(io::Error::new(
+            io::ErrorKind::ConnectionAborted,
+            format!(
+                "the connection to {peer} ended: the Tokio runtime that ran it (where it was \
+                 created) was shut down; create connections on a runtime that outlives them"
+            ),
+        )),
+    };
+    let shared = exit.shared.clone();
     let waiter = match ConnWaiter::new(&shared.cq, Some(&shared.link)) {
         Ok(waiter) => waiter,
         Err(e) => {
-            tracing::error!(error = %e, "cannot wait for completions; closing the connection");
-            let _ = shared.qp.set_error();
+            exit.cause = Some(io::Error::new(
+                e.kind(),
+                format!("cannot wait for the completions of the connection to {peer}: {e}"),
+            ));
             return;
         }
     };
@@ -264,6 +329,7 @@ pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
     tokio::pin!(drain_deadline);
     loop {
         if closing && shared.table.outstanding() == 0 {
+            exit.cause = None;
             break;
         }
         tokio::select! {
@@ -273,9 +339,11 @@ pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
                 match woken {
                     Woken::Completions(Ok(n)) => shared.dispatch(&wcs[..n]),
                     Woken::Completions(Err(e)) => {
-                        // Cannot happen with a live CQ; without a CQ nothing can be reaped, so
-                        // stop and leave the buffers to the queue pair's destruction.
-                        tracing::error!(error = %e, "polling the completion queue failed");
+                        // Nothing can be reaped any more: `exit` fails the connection.
+                        exit.cause = Some(io::Error::new(
+                            e.kind(),
+                            format!("polling the completion queue of the connection to {peer} failed: {e}"),
+                        ));
                         break;
                     }
                     Woken::Closed(closed) => {
@@ -301,6 +369,12 @@ pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
                     outstanding = shared.table.outstanding(),
                     "flushed work requests did not all complete; destroying the queue pair first"
                 );
+                // Nothing waits any more (the connection was dropped): `fail` destroys the queue
+                // pair, then frees what is left.
+                exit.cause = Some(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("the connection to {peer} was closed; its flushed work requests did not complete within {DRAIN_LIMIT:?}"),
+                ));
                 break;
             }
         }

@@ -112,6 +112,12 @@ impl Received {
 /// outstanding work request completes as flushed, and frees the buffers once those completions
 /// have been polled (by the connection's task, which lingers for that; at most 10 s, after which
 /// the queue pair is destroyed before its buffers are freed, which is equally safe).
+///
+/// The completion task runs on the Tokio runtime the connection was created on. If that task
+/// cannot go on (polling the completion queue fails, or the runtime is shut down while the
+/// connection is still in use), the connection ends: its queue pair is destroyed, every pending
+/// operation ends with the cause and gets its buffers back, and every later one is refused with
+/// it.
 #[derive(Debug)]
 pub struct RdmaConnection {
     shared: Arc<ConnShared>,
@@ -350,6 +356,15 @@ impl RdmaConnection {
     #[doc(hidden)]
     pub fn __ack_timeout(&self) -> io::Result<u8> {
         self.shared.link.qp_ack_timeout()
+    }
+
+    /// Test hook: the completion task's next wait fails as if `ibv_poll_cq` had failed, which
+    /// ends the connection: every pending operation ends with that cause, as does every later
+    /// one. The task waits only when woken, so the next completion (or disconnect) triggers it.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __fail_next_poll(&self) {
+        self.shared.cq.fail_next_poll();
     }
 
     /// Test hook: this end goes silent without telling the peer (its queue pair moves to the

@@ -7,16 +7,17 @@
 //! never empty still yields to other tasks.
 //!
 //! Arming is a system call on some providers (an ioctl on rxe), so the queue is armed only when
-//! no arm is outstanding: an arm lasts until its event is read from the channel.
+//! no arm is outstanding: an arm lasts until its event is read from the channel, or until
+//! arming or reading fails ([`ArmState`], which has the exhaustive interleaving check).
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
 use tokio::task::coop;
 
+use super::arm_state::ArmState;
 use crate::reactor::FdWaiter;
 use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
 
@@ -29,8 +30,11 @@ use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
     busy_poll: Duration,
-    /// An arm is outstanding: the queue was armed and its event has not been read yet.
-    armed: AtomicBool,
+    /// Whether an arm is outstanding.
+    arm: ArmState,
+    /// Test hook: the next wait fails as if polling the queue had failed.
+    #[cfg(feature = "test-hooks")]
+    fail_next_poll: std::sync::atomic::AtomicBool,
 }
 
 impl AsyncCq {
@@ -39,7 +43,9 @@ impl AsyncCq {
         AsyncCq {
             cq,
             busy_poll,
-            armed: AtomicBool::new(false),
+            arm: ArmState::default(),
+            #[cfg(feature = "test-hooks")]
+            fail_next_poll: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -61,6 +67,13 @@ impl AsyncCq {
         FdWaiter::new(self.cq.channel().as_ref())
     }
 
+    /// Test hook: the next wait for completions fails as if `ibv_poll_cq` had failed.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn fail_next_poll(&self) {
+        self.fail_next_poll
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     /// Polls for completions without waiting.
     pub(crate) fn try_poll(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
         self.cq.poll(out)
@@ -76,16 +89,25 @@ impl AsyncCq {
         out: &mut [WorkCompletion],
     ) -> Poll<io::Result<usize>> {
         let coop = ready!(coop::poll_proceed(cx));
+        #[cfg(feature = "test-hooks")]
+        if self
+            .fail_next_poll
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Poll::Ready(Err(io::Error::other(
+                "ibv_poll_cq failed (injected by a test hook)",
+            )));
+        }
         let n = self.poll_busy(out)?;
         if n > 0 {
             coop.made_progress();
             return Poll::Ready(Ok(n));
         }
         loop {
-            if !self.armed.swap(true, Ordering::AcqRel)
+            if self.arm.claim()
                 && let Err(e) = self.cq.req_notify()
             {
-                self.armed.store(false, Ordering::Release);
+                self.arm.arm_failed();
                 return Poll::Ready(Err(e));
             }
             let n = self.cq.poll(out)?;
@@ -99,11 +121,15 @@ impl AsyncCq {
                 Ok(Ok(())) => {
                     // One arm raises one event, and the next arm comes after this read, so
                     // the channel is now empty; a later event is a new edge for the reactor.
-                    self.armed.store(false, Ordering::Release);
+                    self.arm.event_read();
                     self.cq.count_event();
                     guard.clear_ready();
                 }
-                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                Ok(Err(e)) => {
+                    // The next waiter arms again, or no completion would wake anyone.
+                    self.arm.event_read_failed();
+                    return Poll::Ready(Err(e));
+                }
                 // try_io cleared this waiter's readiness: another waiter read the event.
                 Err(_would_block) => {}
             }

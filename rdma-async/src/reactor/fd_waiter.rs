@@ -30,10 +30,24 @@ impl FdWaiter {
 
     /// Waits until the descriptor is readable. Callers drain the channel through its owner
     /// and clear the readiness with the guard once the channel reports `WouldBlock`.
+    ///
+    /// The registration belongs to the runtime it was made on: once that runtime is shut
+    /// down, this fails (`ConnectionAborted`, saying so) on any runtime.
     pub(crate) fn poll_readable(
         &self,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<AsyncFdReadyGuard<'_, OwnedFd>>> {
-        self.fd.poll_read_ready(cx)
+        // The reactor's only error: its driver is gone (Tokio's own message does not say
+        // which runtime, or what to do).
+        self.fd.poll_read_ready(cx).map_err(|e| {
+            io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                format!(
+                    "the Tokio runtime this object was created on was shut down, and with it the \
+                     reactor that watches its completions; create connections and sockets on a \
+                     runtime that outlives them ({e})"
+                ),
+            )
+        })
     }
 }

@@ -6,6 +6,7 @@
 //! The verbs objects themselves (`crate::verbs`) know nothing of Tokio; this module turns their
 //! channel descriptors into readiness that tasks can wait for.
 
+mod arm_state;
 mod completion_queue;
 mod conn_waiter;
 mod fd_waiter;

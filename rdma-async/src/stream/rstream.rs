@@ -423,6 +423,14 @@ impl RStream {
         self.inner.core().vanish()
     }
 
+    /// Test hook: the next receive this stream posts fails (as `ibv_post_recv` returning
+    /// `ENOMEM`), to check that such a failure ends the stream with that cause.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __fail_next_post_recv(&self) {
+        self.inner.core().fail_next_post_recv();
+    }
+
     /// What the stream did on the device so far (work requests, completions, bytes).
     pub fn stats(&self) -> StreamStats {
         self.inner.core().stats()

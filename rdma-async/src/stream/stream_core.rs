@@ -203,11 +203,19 @@ impl StreamCore {
         }
     }
 
+    /// Handles a batch of completions. A receive that cannot be posted again ends the
+    /// connection, but the rest of the batch is still handled: those completions are out of
+    /// the queue, and the protocol's count of sends and receives must include them.
     fn handle(&self, state: &mut CoreState, wcs: &[WorkCompletion]) -> io::Result<()> {
+        let mut failed = None;
         for wc in wcs {
             if wc.wr_id & WR_ID_RECV_FLAG != 0 {
                 state.stats.recv_completions += 1;
-                self.handle_recv(state, wc)?;
+                if let Err(e) = self.handle_recv(state, wc)
+                    && failed.is_none()
+                {
+                    failed = Some(self.fatal(state, e));
+                }
             } else {
                 state.stats.send_completions += 1;
                 let ok = wc.status.is_success();
@@ -221,10 +229,13 @@ impl StreamCore {
                 }
             }
         }
-        self.post_controls(state)?;
+        let posted = match failed {
+            Some(e) => Err(e),
+            None => self.post_controls(state),
+        };
         wake(&mut state.read_waker);
         wake(&mut state.write_waker);
-        Ok(())
+        posted
     }
 
     fn handle_recv(&self, state: &mut CoreState, wc: &WorkCompletion) -> io::Result<()> {
@@ -610,6 +621,12 @@ impl StreamCore {
             payload: Payload::Empty,
             signaled: false,
         })
+    }
+
+    /// Makes the next receive post fail (see `RStream::__fail_next_post_recv`).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn fail_next_post_recv(&self) {
+        self.qp.fail_next_post_recv();
     }
 
     /// Moves the queue pair to the error state without a word to the peer: from then on this

@@ -13,7 +13,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use super::memory::RegisteredBuffer;
-use super::work::WorkCompletion;
+use super::work::{WcStatus, WorkCompletion};
 use crate::error;
 
 /// Caller-owned registered memory: the only kind a table accepts.
@@ -245,6 +245,46 @@ impl InFlightTable {
         }
     }
 
+    /// Ends every outstanding work request as flushed, for a queue pair that was destroyed
+    /// before their completions could be polled: each waiter is woken with a
+    /// `IBV_WC_WR_FLUSH_ERR` completion (and gets its buffers back); the slots whose waiter went
+    /// away are freed and returned with their buffers, to be dropped after this returns.
+    ///
+    /// Call this only once no queue that posted from this table can still touch the buffers
+    /// (it was destroyed): the table cannot tell.
+    pub(crate) fn flush_all(&self) -> Vec<(WorkQueue, Held)> {
+        let mut t = self.lock();
+        let mut freed = Vec::new();
+        for index in 0..t.slots.len() {
+            let slot = &mut t.slots[index];
+            let wr_id = Ticket {
+                index: index as u32,
+                generation: slot.generation,
+            }
+            .wr_id(self.tag);
+            let queue = slot.queue;
+            match std::mem::replace(&mut slot.state, SlotState::Free) {
+                SlotState::Posted { held, waker } => {
+                    let wc = WorkCompletion {
+                        wr_id,
+                        status: WcStatus::FLUSH,
+                        ..WorkCompletion::EMPTY
+                    };
+                    slot.state = SlotState::Done { held, wc };
+                    if let Some(w) = waker {
+                        w.wake();
+                    }
+                }
+                SlotState::Abandoned { held } => {
+                    Self::release(&mut t, index as u32);
+                    freed.push((queue, held));
+                }
+                other => slot.state = other,
+            }
+        }
+        freed
+    }
+
     /// Waits for the completion of `ticket`'s request; returns it with the buffers and frees the
     /// slot (of the returned queue).
     pub(crate) fn poll(
@@ -335,6 +375,46 @@ mod tests {
         // A stale id (the old generation) is ignored.
         assert!(table.complete(&wc(id)).is_none());
         assert_eq!(table.outstanding(), 1);
+    }
+
+    #[test]
+    fn flushing_all_wakes_waiters_with_their_buffers_and_frees_abandoned_slots() {
+        let table = InFlightTable::new(4, false);
+        let (waited, _) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        let (abandoned, _) = table.insert(Held::Nothing, WorkQueue::Recv).unwrap();
+        let (done, done_id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        let woken = std::sync::Arc::new(WakeCount::default());
+        let waker = std::task::Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(table.poll(&waited, &mut cx).is_pending());
+        assert!(table.abandon(&abandoned).is_none());
+        assert!(table.complete(&wc(done_id)).is_none());
+        let freed = table.flush_all();
+        assert!(matches!(
+            freed.as_slice(),
+            [(WorkQueue::Recv, Held::Nothing)]
+        ));
+        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        match table.poll(&waited, &mut cx) {
+            Poll::Ready((wc, _, WorkQueue::Send)) => assert_eq!(wc.status, WcStatus::FLUSH),
+            other => panic!("the waiter was not ended: {other:?}"),
+        }
+        // A completion polled before the flush keeps its own status.
+        match table.poll(&done, &mut cx) {
+            Poll::Ready((wc, _, _)) => assert_eq!(wc.wr_id, done_id),
+            other => panic!("the completed request was lost: {other:?}"),
+        }
+        assert_eq!(table.outstanding(), 0);
+        assert!(table.flush_all().is_empty());
+    }
+
+    #[derive(Default)]
+    struct WakeCount(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for WakeCount {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     #[test]

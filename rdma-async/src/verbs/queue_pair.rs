@@ -18,7 +18,7 @@
 
 use std::io;
 use std::ptr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use rdma_async_sys as sys;
 
@@ -51,8 +51,14 @@ pub struct RcQueuePair<M> {
     max_inline_data: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
-    /// What outstanding work requests point into: dropped only after `Drop::drop` destroyed the
-    /// queue pair, like every other field.
+    /// Whether the queue pair still exists: every use of it holds the read lock, so
+    /// [`Self::destroy`] (the write lock) never frees it under a post.
+    live: RwLock<bool>,
+    /// Test hook: the next receive post fails as if the provider refused it.
+    #[cfg(feature = "test-hooks")]
+    fail_next_post_recv: std::sync::atomic::AtomicBool,
+    /// What outstanding work requests point into: dropped only after the queue pair was
+    /// destroyed (by [`Self::destroy`] or `Drop::drop`), like every other field.
     memory: M,
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
@@ -197,6 +203,9 @@ impl<M> RcQueuePair<M> {
             max_inline_data: attr.cap.max_inline_data,
             max_send_sge: attr.cap.max_send_sge,
             max_recv_sge: attr.cap.max_recv_sge,
+            live: RwLock::new(true),
+            #[cfg(feature = "test-hooks")]
+            fail_next_post_recv: std::sync::atomic::AtomicBool::new(false),
             memory,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
@@ -204,9 +213,52 @@ impl<M> RcQueuePair<M> {
         })
     }
 
-    fn raw(&self) -> *mut sys::ibv_qp {
-        // SAFETY: the id's QP lives until our Drop.
-        unsafe { (*self.id.as_ptr()).qp }
+    /// Runs `use_qp` on the queue pair while it exists (the read lock keeps [`Self::destroy`]
+    /// out); `NotConnected` once it was destroyed.
+    fn with_qp<R>(&self, use_qp: impl FnOnce(*mut sys::ibv_qp) -> io::Result<R>) -> io::Result<R> {
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        if !*live {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the connection's queue pair was destroyed (the connection failed or ended)",
+            ));
+        }
+        // SAFETY: the id's QP lives until `destroy` (or our Drop), which waits for this lock.
+        use_qp(unsafe { (*self.id.as_ptr()).qp })
+    }
+
+    /// Destroys the queue pair now, before its memory is dropped: once this returns the device
+    /// no longer accesses any work request's memory, so buffers of work requests that never
+    /// completed may be handed back or freed. Later posts fail with `NotConnected`; a second
+    /// call does nothing.
+    pub(crate) fn destroy(&self) {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if *live {
+            *live = false;
+            // SAFETY: the QP is live (checked under the write lock, so no post is using it) and
+            // destroyed once; rdma_cm clears the id's pointer to it.
+            unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
+            super::resource_limits::QUEUE_PAIRS.destroyed(0);
+        }
+    }
+
+    /// Test hook: makes the next receive post fail (`ENOMEM`, as a full receive queue would).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn fail_next_post_recv(&self) {
+        self.fail_next_post_recv
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether this receive post is the one a test asked to fail.
+    fn injected_recv_failure(&self) -> io::Result<()> {
+        #[cfg(feature = "test-hooks")]
+        if self
+            .fail_next_post_recv
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Err(error::call_error("ibv_post_recv", libc::ENOMEM));
+        }
+        Ok(())
     }
 
     pub(crate) fn qp_num(&self) -> u32 {
@@ -224,8 +276,9 @@ impl<M> RcQueuePair<M> {
     /// reaches the peer's memory only through the peer's rkey.
     unsafe fn post_send_wr(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
         let mut bad = ptr::null_mut();
-        // SAFETY: the QP is live (until our Drop); the caller vouches for the memory `wr` names.
-        let ret = unsafe { sys::rdma_async_post_send(self.raw(), wr, &mut bad) };
+        // SAFETY: the QP is live while `with_qp` runs; the caller vouches for the memory `wr`
+        // names.
+        let ret = self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_send(qp, wr, &mut bad) }))?;
         if ret != 0 {
             return Err(error::call_error("ibv_post_send", ret));
         }
@@ -238,14 +291,10 @@ impl<M> RcQueuePair<M> {
         // SAFETY: ibv_qp_attr is plain old data; zero is valid for every field.
         let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
         attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
-        // SAFETY: the QP is live; `attr` is initialised and IBV_QP_STATE names its only field used.
-        let ret = unsafe {
-            sys::ibv_modify_qp(
-                self.raw(),
-                &mut attr,
-                sys::ibv_qp_attr_mask::IBV_QP_STATE as i32,
-            )
-        };
+        let mask = sys::ibv_qp_attr_mask::IBV_QP_STATE as i32;
+        // SAFETY: the QP is live while `with_qp` runs; `attr` is initialised and IBV_QP_STATE
+        // names its only field used.
+        let ret = self.with_qp(|qp| Ok(unsafe { sys::ibv_modify_qp(qp, &mut attr, mask) }))?;
         if ret != 0 {
             return Err(error::call_error("ibv_modify_qp", ret));
         }
@@ -255,10 +304,9 @@ impl<M> RcQueuePair<M> {
 
 impl<M> Drop for RcQueuePair<M> {
     fn drop(&mut self) {
-        // SAFETY: the QP is live and destroyed once. After this returns the device no longer
-        // accesses the QP's work requests, so its memory (dropped after this) can be freed.
-        unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
-        super::resource_limits::QUEUE_PAIRS.destroyed(0);
+        // After this the device no longer accesses the QP's work requests, so its memory
+        // (dropped after this) can be freed.
+        self.destroy();
     }
 }
 
@@ -360,9 +408,11 @@ impl OwnedBufferQueuePair {
         wr.sg_list = &mut sge;
         wr.num_sge = i32::from(segment.is_some());
         let mut bad = ptr::null_mut();
-        // SAFETY: the QP is live; the device may write only a checked range of a buffer this QP
-        // owns and frees after destroying the QP.
-        let ret = unsafe { sys::rdma_async_post_recv(self.raw(), &mut wr, &mut bad) };
+        self.injected_recv_failure()?;
+        // SAFETY: the QP is live while `with_qp` runs; the device may write only a checked range
+        // of a buffer this QP owns and frees after destroying the QP.
+        let ret =
+            self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, &mut wr, &mut bad) }))?;
         if ret != 0 {
             return Err(error::call_error("ibv_post_recv", ret));
         }
@@ -445,10 +495,15 @@ impl CallerMemoryQueuePair {
         }
         let table = &self.memory.table;
         post_recv_into(table, held, segments, self.max_recv_sge, |wr, bad| {
-            // SAFETY: the QP is live; every entry covers a checked range of a buffer that the
-            // table holds until this request's completion is polled, and the table outlives the
-            // QP (it is in `memory`, dropped after the QP is destroyed).
-            unsafe { sys::rdma_async_post_recv(self.raw(), wr, bad) }
+            self.injected_recv_failure()?;
+            // SAFETY: the QP is live while `with_qp` runs; every entry covers a checked range of
+            // a buffer that the table holds until this request's completion is polled (or the
+            // QP is destroyed), and the table outlives the QP (it is in `memory`).
+            let ret = self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, wr, bad) }))?;
+            if ret != 0 {
+                return Err(error::call_error("ibv_post_recv", ret));
+            }
+            Ok(())
         })
     }
 }
@@ -500,7 +555,7 @@ pub(super) fn post_recv_into(
     held: Held,
     segments: &[Segment],
     max_sge: u32,
-    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> i32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> io::Result<()>,
 ) -> Result<Ticket, (io::Error, Held)> {
     hold_and_post(
         table,
@@ -515,11 +570,7 @@ pub(super) fn post_recv_into(
             wr.sg_list = sges.as_mut_ptr();
             wr.num_sge = sges.len() as i32;
             let mut bad = ptr::null_mut();
-            let ret = post(&mut wr, &mut bad);
-            if ret != 0 {
-                return Err(error::call_error("ibv_post_recv", ret));
-            }
-            Ok(())
+            post(&mut wr, &mut bad)
         },
     )
 }

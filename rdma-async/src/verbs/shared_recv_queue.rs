@@ -69,7 +69,11 @@ impl SharedRecvQueue {
             // SAFETY: the SRQ is live; every entry covers a checked range of a buffer that the
             // table holds until this request's completion is polled, and the table outlives the
             // SRQ (it is a field, dropped after `Drop::drop` destroyed the queue).
-            unsafe { sys::rdma_async_post_srq_recv(self.raw.as_ptr(), wr, bad) }
+            let ret = unsafe { sys::rdma_async_post_srq_recv(self.raw.as_ptr(), wr, bad) };
+            if ret != 0 {
+                return Err(error::call_error("ibv_post_srq_recv", ret));
+            }
+            Ok(())
         })
     }
 }

@@ -1,0 +1,247 @@
+//! [`ArmState`]: whether a completion queue has an arm outstanding, shared by every task that
+//! waits on the queue, so only one of them makes the (system-call) arm at a time.
+//!
+//! An arm raises one event on the completion channel at the next completion, and lasts until
+//! that event is read. Whoever ends an arm must say so, or no later waiter arms again and the
+//! next completion wakes nobody: after a successful read, and after a failed arm or a failed
+//! read alike (the event, and so the arm, may be gone). `tests` drives these transitions
+//! through every interleaving of two waiters with a model of the queue, its channel and the
+//! reactor's readiness, failures included.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Whether an arm is outstanding: the queue was armed and its event has not been read yet.
+#[derive(Debug, Default)]
+pub(crate) struct ArmState {
+    armed: AtomicBool,
+}
+
+impl ArmState {
+    /// Claims the next arm: `true` when no arm is outstanding, and the caller must now arm
+    /// the queue (`ibv_req_notify_cq`) and report a failure with [`Self::arm_failed`].
+    pub(crate) fn claim(&self) -> bool {
+        !self.armed.swap(true, Ordering::AcqRel)
+    }
+
+    /// Arming failed: no arm is outstanding.
+    pub(crate) fn arm_failed(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+
+    /// The arm's event was read from the channel: the arm is used up.
+    pub(crate) fn event_read(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+
+    /// Reading the channel failed: whether the event is still there is unknown, so the arm is
+    /// treated as used up and the next waiter arms again (a second arm costs at most one more
+    /// event, which a later waiter reads; a missing arm would lose every later wake-up).
+    pub(crate) fn event_read_failed(&self) {
+        self.armed.store(false, Ordering::Release);
+    }
+
+    #[cfg(test)]
+    fn with(armed: bool) -> Self {
+        ArmState {
+            armed: AtomicBool::new(armed),
+        }
+    }
+
+    #[cfg(test)]
+    fn is_armed(&self) -> bool {
+        self.armed.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! An exhaustive interleaving check of `AsyncCq::poll_completions`' loop (poll, claim and
+    //! arm, poll again, wait for readiness, read the event, clear readiness) for two waiters, a
+    //! device that completes two work requests at any moment, and one failure of an arm or of
+    //! an event read (which may or may not consume the event) at any moment. Each waiter wants
+    //! one completion and, after an error, tries again (as the next operation would). Every
+    //! reachable state is visited; a state where nothing can happen any more but a waiter is
+    //! still waiting is a lost wake-up.
+
+    use std::collections::HashSet;
+
+    use super::ArmState;
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    enum Pc {
+        /// The first poll, before the loop.
+        Start,
+        /// Claims the arm and arms.
+        Arm,
+        /// Polls after arming.
+        PollArmed,
+        /// Waits until its registration is readable.
+        Wait,
+        /// Reads one event from the channel and clears its readiness.
+        Read,
+        /// Got its completion.
+        Done,
+    }
+
+    #[derive(Debug, Clone, PartialEq, Eq, Hash)]
+    struct State {
+        pcs: [Pc; 2],
+        /// Completions in the queue.
+        cq: u32,
+        /// The device will raise an event at the next completion.
+        hw_armed: bool,
+        /// Events in the channel.
+        events: u32,
+        /// Each waiter's registration is readable (as the reactor reports it).
+        ready: [bool; 2],
+        /// The `ArmState`.
+        armed: bool,
+        /// Completions the device has yet to make.
+        to_complete: u32,
+        /// Failures yet to inject.
+        faults: u32,
+    }
+
+    /// Runs `transition` on the `ArmState` of `s` and stores the result back.
+    fn on_arm(s: &mut State, transition: impl FnOnce(&ArmState) -> bool) -> bool {
+        let arm = ArmState::with(s.armed);
+        let r = transition(&arm);
+        s.armed = arm.is_armed();
+        r
+    }
+
+    fn complete(s: &mut State) {
+        s.cq += 1;
+        s.to_complete -= 1;
+        if s.hw_armed {
+            s.hw_armed = false;
+            s.events += 1;
+            s.ready = [true; 2];
+        }
+    }
+
+    /// Every state one step from `s`.
+    fn successors(s: &State, read_failed: fn(&ArmState)) -> Vec<State> {
+        let mut next = Vec::new();
+        if s.to_complete > 0 {
+            let mut n = s.clone();
+            complete(&mut n);
+            next.push(n);
+        }
+        for w in 0..2 {
+            let mut n = s.clone();
+            match s.pcs[w] {
+                Pc::Start | Pc::PollArmed => {
+                    if n.cq > 0 {
+                        n.cq -= 1;
+                        n.pcs[w] = Pc::Done;
+                    } else {
+                        n.pcs[w] = if s.pcs[w] == Pc::Start {
+                            Pc::Arm
+                        } else {
+                            Pc::Wait
+                        };
+                    }
+                    next.push(n);
+                }
+                Pc::Arm => {
+                    if on_arm(&mut n, ArmState::claim) {
+                        if s.faults > 0 {
+                            // `ibv_req_notify_cq` fails: the operation ends with the error.
+                            let mut f = n.clone();
+                            f.faults -= 1;
+                            on_arm(&mut f, |a| {
+                                a.arm_failed();
+                                false
+                            });
+                            f.pcs[w] = Pc::Start;
+                            next.push(f);
+                        }
+                        n.hw_armed = true;
+                    }
+                    n.pcs[w] = Pc::PollArmed;
+                    next.push(n);
+                }
+                Pc::Wait => {
+                    if s.ready[w] {
+                        n.pcs[w] = Pc::Read;
+                        next.push(n);
+                    }
+                }
+                Pc::Read => {
+                    if s.events > 0 && s.faults > 0 {
+                        // `ibv_get_cq_event` fails, with the event read or not; readiness is
+                        // not cleared; the operation ends with the error.
+                        for consumed in [false, true] {
+                            let mut f = n.clone();
+                            f.faults -= 1;
+                            f.events -= u32::from(consumed);
+                            on_arm(&mut f, |a| {
+                                read_failed(a);
+                                false
+                            });
+                            f.pcs[w] = Pc::Start;
+                            next.push(f);
+                        }
+                    }
+                    if s.events > 0 {
+                        n.events -= 1;
+                        on_arm(&mut n, |a| {
+                            a.event_read();
+                            false
+                        });
+                    }
+                    // Read, or `WouldBlock` (another waiter read it): readiness cleared.
+                    n.ready[w] = false;
+                    n.pcs[w] = Pc::Arm;
+                    next.push(n);
+                }
+                Pc::Done => {}
+            }
+        }
+        next
+    }
+
+    /// Explores every state; returns the first stuck one, and how many states there were.
+    fn explore(read_failed: fn(&ArmState)) -> (Option<State>, usize) {
+        let start = State {
+            pcs: [Pc::Start; 2],
+            cq: 0,
+            hw_armed: false,
+            events: 0,
+            ready: [false; 2],
+            armed: false,
+            to_complete: 2,
+            faults: 1,
+        };
+        let mut seen = HashSet::from([start.clone()]);
+        let mut stack = vec![start];
+        while let Some(s) = stack.pop() {
+            let next = successors(&s, read_failed);
+            if next.is_empty() && s.pcs != [Pc::Done; 2] {
+                return (Some(s), seen.len());
+            }
+            for n in next {
+                if seen.insert(n.clone()) {
+                    stack.push(n);
+                }
+            }
+        }
+        (None, seen.len())
+    }
+
+    #[test]
+    fn no_interleaving_or_failure_loses_a_wake_up() {
+        let (stuck, states) = explore(ArmState::event_read_failed);
+        assert!(stuck.is_none(), "a lost wake-up: {stuck:?}");
+        assert!(states > 100, "the model explored only {states} states");
+    }
+
+    /// The check finds the bug it is for: a failed read that keeps the arm "outstanding".
+    #[test]
+    fn keeping_the_arm_after_a_failed_read_is_caught() {
+        let (stuck, _) = explore(|_| {});
+        let stuck = stuck.expect("the model misses the lost wake-up");
+        assert!(stuck.armed && !stuck.hw_armed, "{stuck:?}");
+    }
+}
