@@ -209,6 +209,27 @@ impl Connection {
         })
     }
 
+    /// Plans a 0-byte DATA message: valid for the peer (it costs one of our credits and
+    /// returns at once), but carrying nothing. Tests flood a peer with these.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn prepare_empty_write(&mut self) -> Result<DataWrite, WriteError> {
+        self.write_readiness()?;
+        let chunk = self
+            .sender
+            .next_empty_chunk()
+            .map_err(WriteError::Blocked)?;
+        let wr_id = self.sends.push(SendKind::Data { len: 0 });
+        Ok(DataWrite {
+            wr_id,
+            len: 0,
+            sbuf: chunk.sbuf,
+            inline: true,
+            remote_addr: chunk.remote_addr,
+            rkey: chunk.rkey,
+            imm: Op::Data(0).encode(),
+        })
+    }
+
     /// A send work request completed (`ok` = success status). Returns the error if this
     /// completion broke the connection.
     pub(crate) fn handle_send_completion(

@@ -190,6 +190,25 @@ impl Sender {
         })
     }
 
+    /// A 0-byte DATA message (which C never sends, and a receiver accepts): it takes a
+    /// send-queue entry and a credit like any chunk, but no ring bytes and no target buffer.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn next_empty_chunk(&mut self) -> Result<Chunk, WriteBlocked> {
+        if let Some(reason) = self.blocked() {
+            return Err(reason);
+        }
+        self.sqe_avail -= 1;
+        self.sseq_no = self.sseq_no.wrapping_add(1);
+        let target = self.target_sgl[self.target_sge];
+        Ok(Chunk {
+            len: 0,
+            sbuf: Segments::EMPTY,
+            inline: true,
+            remote_addr: target.addr,
+            rkey: target.key,
+        })
+    }
+
     /// A data write completed: its send-queue entry and send-buffer bytes are free again.
     pub(crate) fn complete(&mut self, len: u32) {
         self.sqe_avail = (self.sqe_avail + 1).min(self.sqe_max);

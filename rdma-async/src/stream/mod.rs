@@ -4,6 +4,7 @@
 mod listener;
 mod options;
 mod rstream;
+mod side_wakers;
 mod split;
 mod stats;
 mod stream_core;

@@ -14,7 +14,7 @@ use tracing::Instrument;
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
-use super::stream_core::{self, StreamCore};
+use super::stream_core::{self, Side, StreamCore};
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::{ConnParams, ConnectRequest};
@@ -72,6 +72,12 @@ fn rsocket_params() -> ConnParams {
 /// retries; a reader learns of it only with [`RStreamOptions::keepalive`], as with TCP. The
 /// README's "Failure behaviour" table gives the bounds.
 ///
+/// A peer cannot monopolise the runtime: the stream handles its completions within Tokio's
+/// cooperative budget, at most 32 per unit (so at most 4096 before its task yields), and
+/// `try_read`, `try_write` and flushing handle at most 128 per call; what is left stays queued
+/// and is handled in order by the next call. A flood of valid messages that carry nothing
+/// therefore leaves other tasks, even on a `current_thread` runtime, their turns.
+///
 /// # Cancel safety
 ///
 /// As with `TcpStream`, `read` and `write` (and `peek`, `readable`, `writable`) are cancel
@@ -102,11 +108,11 @@ impl Inner {
     }
 
     pub(super) async fn readable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.core.poll_read_ready(cx)).await
+        self.core.ready(Side::Read).await
     }
 
     pub(super) async fn writable(&self) -> io::Result<()> {
-        std::future::poll_fn(|cx| self.core.poll_write_ready(cx)).await
+        self.core.ready(Side::Write).await
     }
 
     pub(super) fn try_read(&self, buf: &mut [u8]) -> io::Result<usize> {
@@ -319,7 +325,11 @@ impl RStream {
         self.inner.peek(buf).await
     }
 
-    /// Waits until a read would not block (data, EOF or an error).
+    /// Waits until a read would not block (data, EOF or an error); usually paired with
+    /// [`Self::try_read`].
+    ///
+    /// Any number of tasks may await this at once (through `&RStream` or an `Arc`): all of
+    /// them are woken when the stream becomes readable, as with `TcpStream::readable`.
     ///
     /// # Errors
     ///
@@ -327,12 +337,17 @@ impl RStream {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe.
+    /// Cancel safe: nothing is consumed, and a dropped future leaves the other waiters' wake-ups
+    /// intact. Once readable, it returns at once until a read takes what is buffered.
     pub async fn readable(&self) -> io::Result<()> {
         self.inner.readable().await
     }
 
-    /// Waits until a write would not block (room in the ring, credits, or an error to report).
+    /// Waits until a write would not block (room in the ring, credits, or an error to report);
+    /// usually paired with [`Self::try_write`].
+    ///
+    /// Any number of tasks may await this at once: all of them are woken, as with
+    /// `TcpStream::writable`.
     ///
     /// # Errors
     ///
@@ -340,9 +355,39 @@ impl RStream {
     ///
     /// # Cancel safety
     ///
-    /// Cancel safe.
+    /// Cancel safe: nothing is sent, and a dropped future leaves the other waiters' wake-ups
+    /// intact.
     pub async fn writable(&self) -> io::Result<()> {
         self.inner.writable().await
+    }
+
+    /// Polls for read readiness: `Ready(Ok(()))` once a read would not block (data, EOF or an
+    /// error), else `Pending` with the waker of `cx` stored.
+    ///
+    /// As with `TcpStream::poll_read_ready`, on multiple calls to `poll_read_ready` or
+    /// `poll_read` only the waker from the `Context` passed to the most recent call is woken
+    /// (the writing side keeps a second, independent waker). Where several tasks wait, use
+    /// [`Self::readable`], which wakes them all.
+    ///
+    /// # Errors
+    ///
+    /// Errors reading the completion or event channels (never `WouldBlock`).
+    pub fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.core.poll_read_ready(cx)
+    }
+
+    /// Polls for write readiness: `Ready(Ok(()))` once a write would not block (room and
+    /// credits, or an error to report), else `Pending` with the waker of `cx` stored.
+    ///
+    /// As with `TcpStream::poll_write_ready`, on multiple calls to `poll_write_ready` or
+    /// `poll_write` only the waker from the `Context` passed to the most recent call is woken.
+    /// Where several tasks wait, use [`Self::writable`].
+    ///
+    /// # Errors
+    ///
+    /// Errors reading the completion or event channels (never `WouldBlock`).
+    pub fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.inner.core.poll_write_ready(cx)
     }
 
     /// Reads what is buffered without waiting: `WouldBlock` when nothing is; `Ok(0)` at EOF.
@@ -401,6 +446,19 @@ impl RStream {
             .local_conn_data()
             .encode()
             .to_vec()
+    }
+
+    /// Test hook: posts up to `max` 0-byte DATA messages, as many as the peer's credits allow
+    /// now, and returns how many (0: await [`Self::writable`]). They are valid rsockets
+    /// messages that carry nothing: how a test floods a peer.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error, or that of `ibv_post_send`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __send_empty_messages(&self, max: usize) -> io::Result<usize> {
+        self.inner.core().send_empty_messages(max)
     }
 
     /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an

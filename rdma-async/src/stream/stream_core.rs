@@ -6,8 +6,17 @@
 //! protocol state sits behind one lock, and the completion queue is polled only under it, so
 //! completions are handled in the order the device produced them. The reading and the writing
 //! side each wait through their own registrations of the channel descriptors
-//! ([`FdWaiter`]), and whichever side handles completions wakes the other.
+//! ([`FdWaiter`]), and whichever side handles completions wakes the other; every task waiting
+//! on a side is woken ([`SideWakers`]).
+//!
+//! A peer can keep the completion queue busy for ever (a flood of valid 0-byte messages or
+//! credit updates), so the work per poll is bounded: every batch of up to [`BATCH`]
+//! completions spends one unit of Tokio's cooperative budget (128 per task poll, so at most
+//! 4096 completions before the task yields), and a call without a task context (`try_read`,
+//! `try_write`, flush, the keepalive) handles at most [`PUMP_BATCHES`] batches. Completions
+//! left behind stay queued and are handled, in order, by the next call.
 
+use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -17,6 +26,7 @@ use tokio::io::ReadBuf;
 use tokio::task::coop;
 
 use super::options::RStreamOptions;
+use super::side_wakers::{SideWakers, Waiter};
 use super::stats::StreamStats;
 use super::write_probe::WriteProbe;
 use crate::cm::link::CmLink;
@@ -39,6 +49,10 @@ const CTRL: usize = 3;
 /// Control messages go from 16-byte slots when they cannot go inline.
 const CTRL_SLOT: usize = 16;
 const CTRL_SLOTS: usize = 4;
+/// Completions polled at once; each batch spends one unit of Tokio's budget.
+const BATCH: usize = 32;
+/// Batches one call handles at most when it has no task context to spend budget from.
+const PUMP_BATCHES: usize = 4;
 
 /// What the handshake builds before connecting or accepting.
 pub(super) struct StreamParts {
@@ -133,8 +147,6 @@ pub(super) enum Side {
 #[derive(Debug)]
 struct CoreState {
     conn: Connection,
-    read_waker: Option<Waker>,
-    write_waker: Option<Waker>,
     /// The first transport failure, which explains the protocol's later "failed" state.
     transport_error: StickyError,
     shutdown_started: bool,
@@ -152,23 +164,28 @@ pub(super) struct StreamCore {
     cq: AsyncCq,
     /// The reading and the writing side's registrations (indexed by [`Side`]).
     waiters: [ConnWaiter; 2],
+    /// The tasks waiting on each side (indexed by [`Side`]).
+    wakers: [Arc<SideWakers>; 2],
+    /// What each side's registration and timers wake: every task waiting on that side.
+    side_wakers: [Waker; 2],
     state: Mutex<CoreState>,
 }
 
 impl StreamCore {
     pub(super) fn new(parts: StreamParts, link: CmLink) -> io::Result<Self> {
+        let wakers: [Arc<SideWakers>; 2] = Default::default();
         let core = StreamCore {
             waiters: [
                 ConnWaiter::new(&parts.cq, Some(&link))?,
                 ConnWaiter::new(&parts.cq, Some(&link))?,
             ],
+            side_wakers: [wakers[0].waker(), wakers[1].waker()],
+            wakers,
             link,
             qp: parts.qp,
             cq: parts.cq,
             state: Mutex::new(CoreState {
                 conn: parts.conn,
-                read_waker: None,
-                write_waker: None,
                 transport_error: StickyError::default(),
                 shutdown_started: false,
                 write_probe: WriteProbe::new(),
@@ -191,15 +208,45 @@ impl StreamCore {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Handles every completion already queued.
-    fn pump(&self, state: &mut CoreState) -> io::Result<()> {
-        let mut wcs = [WorkCompletion::EMPTY; 32];
-        loop {
+    /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
+    /// batch spends a unit of the task's budget; once it is spent, this wakes the task and
+    /// returns `Pending`, leaving the rest queued for the next poll.
+    fn pump(
+        &self,
+        state: &mut CoreState,
+        mut cx: Option<&mut Context<'_>>,
+    ) -> Poll<io::Result<()>> {
+        let mut wcs = [WorkCompletion::EMPTY; BATCH];
+        for _ in 0..PUMP_BATCHES {
+            let coop = match cx.as_deref_mut() {
+                Some(cx) => Some(ready!(coop::poll_proceed(cx))),
+                None => None,
+            };
             let n = self.cq.try_poll(&mut wcs)?;
             if n == 0 {
-                return Ok(());
+                // Dropping `coop` unused gives the unit back.
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(coop) = &coop {
+                coop.made_progress();
             }
             self.handle(state, &wcs[..n])?;
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// [`Self::pump`] for calls without a task context: at most [`PUMP_BATCHES`] batches.
+    fn pump_some(&self, state: &mut CoreState) -> io::Result<()> {
+        // Without a context there is no budget to wait for: this is always `Ready`.
+        match self.pump(state, None) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Ok(()),
+        }
+    }
+
+    fn wake_all(&self) {
+        for wakers in &self.wakers {
+            wakers.wake_all();
         }
     }
 
@@ -233,8 +280,7 @@ impl StreamCore {
             Some(e) => Err(e),
             None => self.post_controls(state),
         };
-        wake(&mut state.read_waker);
-        wake(&mut state.write_waker);
+        self.wake_all();
         posted
     }
 
@@ -371,37 +417,32 @@ impl StreamCore {
     }
 
     /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
-    /// again), or registers `cx` to be woken (`Pending`).
+    /// again), or registers `cx` as `waiter` on `side` to be woken (`Pending`).
     fn wait(
         &self,
         state: &mut CoreState,
         side: Side,
         cx: &mut Context<'_>,
+        waiter: Waiter<'_, '_>,
     ) -> Poll<io::Result<()>> {
-        let slot = match side {
-            Side::Read => &mut state.read_waker,
-            Side::Write => &mut state.write_waker,
-        };
-        if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-            *slot = Some(cx.waker().clone());
-        }
-        let mut wcs = [WorkCompletion::EMPTY; 32];
-        let waiter = &self.waiters[side as usize];
-        match ready!(waiter.poll_wait(&self.cq, Some(&self.link), cx, &mut wcs)) {
+        self.wakers[side as usize].register(waiter, cx.waker());
+        // The registration wakes every waiter of the side, not only this task.
+        let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
+        let mut wcs = [WorkCompletion::EMPTY; BATCH];
+        let registration = &self.waiters[side as usize];
+        match ready!(registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut wcs)) {
             Woken::Completions(Ok(n)) => Poll::Ready(self.handle(state, &wcs[..n])),
             Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
             // Not an orderly close: readers get the removal, never EOF.
             Woken::Closed(Ok(())) if self.link.is_device_removed() => {
                 let err = self.fatal(state, self.link.closed_error(false));
-                wake(&mut state.read_waker);
-                wake(&mut state.write_waker);
+                self.wake_all();
                 Poll::Ready(Err(err))
             }
             Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
                 tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
                 state.conn.handle_disconnected();
-                wake(&mut state.read_waker);
-                wake(&mut state.write_waker);
+                self.wake_all();
                 Poll::Ready(Ok(()))
             }
             // Already disconnected and still blocked: nothing more will arrive.
@@ -414,14 +455,21 @@ impl StreamCore {
 
     /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
     /// peer meanwhile (see [`WriteProbe`]): a dead peer then fails the probe and the writer.
-    fn wait_to_write(&self, state: &mut CoreState, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        if state.write_probe.poll_due(cx) {
+    fn wait_to_write(
+        &self,
+        state: &mut CoreState,
+        cx: &mut Context<'_>,
+        waiter: Waiter<'_, '_>,
+    ) -> Poll<io::Result<()>> {
+        // The timer wakes every writer, so whichever polls next sends the probe.
+        let mut side_cx = Context::from_waker(&self.side_wakers[Side::Write as usize]);
+        if state.write_probe.poll_due(&mut side_cx) {
             tracing::trace!(parent: self.link.span(), "writer blocked on credits: probing the peer");
             state.conn.queue_keepalive();
             state.stats.write_probes += 1;
             self.post_controls(state)?;
         }
-        self.wait(state, Side::Write, cx)
+        self.wait(state, Side::Write, cx, waiter)
     }
 
     /// Copies readable bytes into `buf`, consuming them unless `peek`.
@@ -456,13 +504,13 @@ impl StreamCore {
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            self.pump(&mut state)?;
+            ready!(self.pump(&mut state, cx.as_deref_mut()))?;
             match state.conn.read_status() {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
                 ReadStatus::Eof => return Poll::Ready(Ok(())),
                 ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
                 ReadStatus::Blocked => match cx.as_deref_mut() {
-                    Some(cx) => ready!(self.wait(&mut state, Side::Read, cx))?,
+                    Some(cx) => ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?,
                     None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
                 },
             }
@@ -489,29 +537,53 @@ impl StreamCore {
         }
     }
 
-    /// Waits until a read would not block (data, EOF or an error).
+    /// Waits until a read would not block (data, EOF or an error). Only the waker of the most
+    /// recent call on the reading side (this or `poll_read`) is woken.
     pub(super) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let mut state = self.lock();
-        loop {
-            self.pump(&mut state)?;
-            if state.conn.read_status() != ReadStatus::Blocked {
-                return Poll::Ready(Ok(()));
-            }
-            ready!(self.wait(&mut state, Side::Read, cx))?;
-        }
+        self.poll_ready(Side::Read, cx, Waiter::Poll)
     }
 
-    /// Waits until a write would not block (room to send, or an error to report).
+    /// Waits until a write would not block (room to send, or an error to report). Only the
+    /// waker of the most recent call on the writing side is woken.
     pub(super) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_ready(Side::Write, cx, Waiter::Poll)
+    }
+
+    /// Waits until `side` would not block; every task awaiting this at once is woken.
+    pub(super) async fn ready(&self, side: Side) -> io::Result<()> {
+        let mut registration = self.wakers[side as usize].registration();
+        poll_fn(|cx| {
+            let coop = ready!(coop::poll_proceed(cx));
+            let result = ready!(self.poll_ready(side, cx, Waiter::Future(&mut registration)));
+            coop.made_progress();
+            Poll::Ready(result)
+        })
+        .await
+    }
+
+    fn poll_ready(
+        &self,
+        side: Side,
+        cx: &mut Context<'_>,
+        mut waiter: Waiter<'_, '_>,
+    ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            self.pump(&mut state)?;
-            match state.conn.write_readiness() {
-                Err(WriteError::Blocked(_)) => ready!(self.wait_to_write(&mut state, cx))?,
-                _ => {
+            ready!(self.pump(&mut state, Some(&mut *cx)))?;
+            let blocked = match side {
+                Side::Read => state.conn.read_status() == ReadStatus::Blocked,
+                Side::Write => matches!(state.conn.write_readiness(), Err(WriteError::Blocked(_))),
+            };
+            if !blocked {
+                if side == Side::Write {
                     state.write_probe.disarm();
-                    return Poll::Ready(Ok(()));
                 }
+                return Poll::Ready(Ok(()));
+            }
+            let waiter = waiter.reborrow();
+            match side {
+                Side::Read => ready!(self.wait(&mut state, side, cx, waiter))?,
+                Side::Write => ready!(self.wait_to_write(&mut state, cx, waiter))?,
             }
         }
     }
@@ -520,7 +592,7 @@ impl StreamCore {
     /// instead of waiting when nothing fits.
     fn write(&self, mut cx: Option<&mut Context<'_>>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
         let mut state = self.lock();
-        self.pump(&mut state)?;
+        ready!(self.pump(&mut state, cx.as_deref_mut()))?;
         let mut written = 0;
         'bufs: for buf in bufs.iter().filter(|b| !b.is_empty()) {
             // rsockets ramps chunk sizes up from 2 KiB in every write call; we send the largest
@@ -538,7 +610,7 @@ impl StreamCore {
                     }
                     Err(_) if written > 0 => break 'bufs,
                     Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
-                        Some(cx) => ready!(self.wait_to_write(&mut state, cx))?,
+                        Some(cx) => ready!(self.wait_to_write(&mut state, cx, Waiter::Poll))?,
                         None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
                     },
                     Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
@@ -580,7 +652,7 @@ impl StreamCore {
     /// Everything written is already posted; this only pushes due control messages.
     pub(super) fn poll_flush(&self) -> Poll<io::Result<()>> {
         let mut state = self.lock();
-        self.pump(&mut state)?;
+        self.pump_some(&mut state)?;
         self.post_controls(&mut state)?;
         Poll::Ready(Ok(()))
     }
@@ -594,7 +666,7 @@ impl StreamCore {
             state.conn.shutdown_write();
         }
         loop {
-            self.pump(&mut state)?;
+            ready!(self.pump(&mut state, Some(&mut *cx)))?;
             self.post_controls(&mut state)?;
             if state.conn.all_sends_done() || state.conn.is_disconnected() {
                 return Poll::Ready(Ok(()));
@@ -602,7 +674,7 @@ impl StreamCore {
             if let Some(e) = state.conn.error().cloned() {
                 return Poll::Ready(Err(self.failure(&state, Some(e))));
             }
-            ready!(self.wait(&mut state, Side::Write, cx))?;
+            ready!(self.wait(&mut state, Side::Write, cx, Waiter::Poll))?;
         }
     }
 
@@ -629,6 +701,29 @@ impl StreamCore {
         self.qp.fail_next_post_recv();
     }
 
+    /// Posts up to `max` 0-byte DATA messages, as many as the peer's credits and the send
+    /// queue allow now (valid rsockets messages that carry nothing): how tests flood a peer.
+    /// Returns how many were posted; 0 means wait for `writable()`.
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn send_empty_messages(&self, max: usize) -> io::Result<usize> {
+        let mut state = self.lock();
+        self.pump_some(&mut state)?;
+        let mut sent = 0;
+        while sent < max {
+            match state.conn.prepare_empty_write() {
+                Ok(write) => {
+                    self.post_data(&mut state, &write, &[])?;
+                    sent += 1;
+                }
+                Err(WriteError::Blocked(_)) => break,
+                Err(WriteError::Closed) => return Err(self.failure(&state, None)),
+                Err(WriteError::Failed(e)) => return Err(self.failure(&state, Some(e))),
+            }
+        }
+        self.post_controls(&mut state)?;
+        Ok(sent)
+    }
+
     /// Moves the queue pair to the error state without a word to the peer: from then on this
     /// end drops the peer's packets, as a host that vanished would.
     #[cfg(feature = "test-hooks")]
@@ -640,7 +735,7 @@ impl StreamCore {
     pub(super) fn send_keepalive(&self) -> io::Result<()> {
         let mut state = self.lock();
         state.conn.queue_keepalive();
-        self.pump(&mut state)?;
+        self.pump_some(&mut state)?;
         self.post_controls(&mut state)
     }
 
@@ -654,7 +749,7 @@ impl StreamCore {
         if !state.shutdown_started {
             state.shutdown_started = true;
             state.conn.shutdown_write();
-            let _ = self.pump(&mut state);
+            let _ = self.pump_some(&mut state);
             let _ = self.post_controls(&mut state);
         }
     }
@@ -663,7 +758,7 @@ impl StreamCore {
     pub(super) fn begin_close(&self) -> bool {
         let mut state = self.lock();
         state.conn.close();
-        let _ = self.pump(&mut state);
+        let _ = self.pump_some(&mut state);
         let _ = self.post_controls(&mut state);
         !(state.conn.all_sends_done()
             || state.conn.is_disconnected()
@@ -675,8 +770,10 @@ impl StreamCore {
         std::future::poll_fn(|cx| {
             let mut state = self.lock();
             loop {
-                if self.pump(&mut state).is_err() {
-                    return Poll::Ready(());
+                match self.pump(&mut state, Some(&mut *cx)) {
+                    Poll::Ready(Ok(())) => {}
+                    Poll::Ready(Err(_)) => return Poll::Ready(()),
+                    Poll::Pending => return Poll::Pending,
                 }
                 let _ = self.post_controls(&mut state);
                 if state.conn.all_sends_done()
@@ -685,7 +782,7 @@ impl StreamCore {
                 {
                     return Poll::Ready(());
                 }
-                match self.wait(&mut state, Side::Write, cx) {
+                match self.wait(&mut state, Side::Write, cx, Waiter::Poll) {
                     Poll::Ready(Ok(())) => continue,
                     Poll::Ready(Err(_)) => return Poll::Ready(()),
                     Poll::Pending => return Poll::Pending,
@@ -693,11 +790,5 @@ impl StreamCore {
             }
         })
         .await;
-    }
-}
-
-fn wake(slot: &mut Option<Waker>) {
-    if let Some(waker) = slot.take() {
-        waker.wake();
     }
 }

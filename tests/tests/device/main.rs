@@ -22,6 +22,8 @@ mod server_options;
 mod sticky_errors;
 mod stream;
 mod stream_api;
+mod stream_flood;
+mod stream_waiters;
 mod tonic;
 mod ucmatose;
 mod udaddy;

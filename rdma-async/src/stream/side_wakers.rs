@@ -1,0 +1,216 @@
+//! [`SideWakers`]: every task waiting on one side (reading or writing) of a stream.
+//!
+//! Each side registers with the reactor once (its `ConnWaiter`), and Tokio keeps only one
+//! waker per registration. So the reactor and the timers never get a task's waker: they get the
+//! side's own waker ([`SideWakers::waker`]), which wakes every task waiting on that side. Two
+//! tasks awaiting `readable()` are then both woken, and a waiter that goes away (a dropped
+//! future, a task that stops polling) cannot take the others' wake-up with it.
+//!
+//! As with `TcpStream`, the poll functions (`poll_read`, `poll_write`, ...) keep one waker per
+//! side, the most recent; each pending `readable()`/`writable()` future keeps its own until it
+//! is woken or dropped.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Wake, Waker};
+
+/// The tasks waiting on one side of a stream.
+#[derive(Debug, Default)]
+pub(super) struct SideWakers {
+    waiting: Mutex<Waiting>,
+}
+
+#[derive(Debug, Default)]
+struct Waiting {
+    /// The waker of the most recent poll function call on this side.
+    last_poll: Option<Waker>,
+    /// One waker per pending readiness future, by the future's id.
+    futures: Vec<(u64, Waker)>,
+    next_id: u64,
+}
+
+/// A readiness future's place among the waiters: removed when the future is dropped.
+#[derive(Debug)]
+pub(super) struct Registration<'a> {
+    wakers: &'a SideWakers,
+    id: Option<u64>,
+}
+
+/// Who is about to wait on a side.
+#[derive(Debug)]
+pub(super) enum Waiter<'r, 'a> {
+    /// A poll function: only the most recent caller's waker is kept, as Tokio does.
+    Poll,
+    /// A readiness future: every pending one is woken.
+    Future(&'r mut Registration<'a>),
+}
+
+impl<'a> Waiter<'_, 'a> {
+    /// The same waiter for one more call.
+    pub(super) fn reborrow(&mut self) -> Waiter<'_, 'a> {
+        match self {
+            Waiter::Poll => Waiter::Poll,
+            Waiter::Future(registration) => Waiter::Future(registration),
+        }
+    }
+}
+
+impl SideWakers {
+    /// The waker to hand to the reactor and timers: it wakes every waiter of this side.
+    pub(super) fn waker(self: &Arc<Self>) -> Waker {
+        Waker::from(self.clone())
+    }
+
+    /// A registration for one readiness future.
+    pub(super) fn registration(&self) -> Registration<'_> {
+        Registration {
+            wakers: self,
+            id: None,
+        }
+    }
+
+    /// Keeps `waker` until the next wake-up of this side.
+    pub(super) fn register(&self, waiter: Waiter<'_, '_>, waker: &Waker) {
+        let mut waiting = self.lock();
+        match waiter {
+            Waiter::Poll => {
+                if !waiting
+                    .last_poll
+                    .as_ref()
+                    .is_some_and(|w| w.will_wake(waker))
+                {
+                    waiting.last_poll = Some(waker.clone());
+                }
+            }
+            Waiter::Future(registration) => {
+                let id = *registration.id.get_or_insert_with(|| {
+                    waiting.next_id += 1;
+                    waiting.next_id
+                });
+                match waiting.futures.iter_mut().find(|(i, _)| *i == id) {
+                    Some((_, w)) if w.will_wake(waker) => {}
+                    Some((_, w)) => *w = waker.clone(),
+                    None => waiting.futures.push((id, waker.clone())),
+                }
+            }
+        }
+    }
+
+    /// Wakes every task waiting on this side (each registers again if it still waits).
+    pub(super) fn wake_all(&self) {
+        let (last_poll, futures) = {
+            let mut waiting = self.lock();
+            (
+                waiting.last_poll.take(),
+                std::mem::take(&mut waiting.futures),
+            )
+        };
+        // Woken outside the lock: a waker may run code that registers again.
+        if let Some(waker) = last_poll {
+            waker.wake();
+        }
+        for (_, waker) in futures {
+            waker.wake();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+        // Every update leaves the lists consistent; a panicking waker cannot poison them.
+        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many readiness futures wait now.
+    #[cfg(test)]
+    fn futures_waiting(&self) -> usize {
+        self.lock().futures.len()
+    }
+}
+
+impl Wake for SideWakers {
+    fn wake(self: Arc<Self>) {
+        self.wake_all();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.wake_all();
+    }
+}
+
+impl Drop for Registration<'_> {
+    fn drop(&mut self) {
+        if let Some(id) = self.id {
+            self.wakers.lock().futures.retain(|(i, _)| *i != id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+
+    /// A waker that counts its wake-ups.
+    #[derive(Default)]
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Counter>, Waker) {
+        let c = Arc::new(Counter::default());
+        (c.clone(), Waker::from(c))
+    }
+
+    fn woken(c: &Counter) -> usize {
+        c.0.load(Ordering::SeqCst)
+    }
+
+    #[test]
+    fn every_pending_future_is_woken() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        let (b, wb) = counter();
+        let mut ra = side.registration();
+        let mut rb = side.registration();
+        side.register(Waiter::Future(&mut ra), &wa);
+        side.register(Waiter::Future(&mut rb), &wb);
+        // What the reactor holds: the side's waker, not a task's.
+        side.waker().wake();
+        assert_eq!((woken(&a), woken(&b)), (1, 1));
+        // Woken futures are off the list until they register again.
+        side.wake_all();
+        assert_eq!((woken(&a), woken(&b)), (1, 1));
+    }
+
+    #[test]
+    fn poll_functions_keep_only_the_last_waker() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        let (b, wb) = counter();
+        side.register(Waiter::Poll, &wa);
+        side.register(Waiter::Poll, &wb);
+        side.wake_all();
+        assert_eq!((woken(&a), woken(&b)), (0, 1));
+    }
+
+    #[test]
+    fn a_dropped_future_leaves_the_list_and_the_others_stay() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        let (b, wb) = counter();
+        let mut ra = side.registration();
+        let mut rb = side.registration();
+        side.register(Waiter::Future(&mut ra), &wa);
+        side.register(Waiter::Future(&mut rb), &wb);
+        // Registering again replaces, never duplicates.
+        side.register(Waiter::Future(&mut ra), &wa);
+        assert_eq!(side.futures_waiting(), 2);
+        drop(ra);
+        assert_eq!(side.futures_waiting(), 1);
+        side.wake_all();
+        assert_eq!((woken(&a), woken(&b)), (0, 1));
+    }
+}

@@ -1,0 +1,165 @@
+//! Several tasks awaiting `readable()` or `writable()` on one stream (or one half) are all woken,
+//! as with `TcpStream`, and a waiter that goes away does not take the others' wake-up with it.
+
+use std::future::{Future, poll_fn};
+use std::io;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::Poll;
+
+use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::{guard, stream_pair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// Runs `fut` on a task of its own and returns once that task has polled it once and found it
+/// pending (so it waits when the test goes on).
+async fn spawn_waiting<F>(what: &str, fut: F) -> JoinHandle<F::Output>
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let (pending_tx, pending_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let mut fut = pin!(fut);
+        match poll_fn(|cx| Poll::Ready(fut.as_mut().poll(cx))).await {
+            Poll::Ready(out) => {
+                let _ = pending_tx.send(false);
+                out
+            }
+            Poll::Pending => {
+                let _ = pending_tx.send(true);
+                fut.await
+            }
+        }
+    });
+    let pending = guard(what, pending_rx).await.expect("waiter task");
+    assert!(pending, "{what}: ready before anything arrived");
+    task
+}
+
+/// Writes 1-byte messages until `stream` would block: the peer, which does not read, runs out
+/// of credits (one per message) long before its ring fills.
+fn fill_until_blocked(stream: &RStream) -> usize {
+    let mut written = 0;
+    loop {
+        match stream.try_write(b"x") {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return written,
+            Err(e) => panic!("try_write: {e}"),
+        }
+    }
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_awaiting_readable_are_both_woken() {
+    let (a, b) = stream_pair(RStreamOptions::new()).await;
+    let (a, mut b) = (Arc::new(a), b);
+    let first = spawn_waiting("first readable", {
+        let a = a.clone();
+        async move { a.readable().await }
+    })
+    .await;
+    let second = spawn_waiting("second readable", {
+        let a = a.clone();
+        async move { a.readable().await }
+    })
+    .await;
+    b.write_all(b"wake up").await.unwrap();
+    guard("first readable", first).await.unwrap().unwrap();
+    guard("second readable", second).await.unwrap().unwrap();
+    let mut buf = [0u8; 16];
+    assert_eq!(a.try_read(&mut buf).unwrap(), 7);
+    assert_eq!(&buf[..7], b"wake up");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_readable_waiter_leaves_the_other_woken() {
+    let (a, mut b) = stream_pair(RStreamOptions::new()).await;
+    let a = Arc::new(a);
+    let stays = spawn_waiting("staying readable", {
+        let a = a.clone();
+        async move { a.readable().await }
+    })
+    .await;
+    // The last to wait goes away before anything arrives.
+    let leaves = spawn_waiting("leaving readable", {
+        let a = a.clone();
+        async move { a.readable().await }
+    })
+    .await;
+    leaves.abort();
+    assert!(
+        guard("aborted waiter", leaves)
+            .await
+            .unwrap_err()
+            .is_cancelled()
+    );
+    b.write_all(b"still here").await.unwrap();
+    guard("staying readable", stays).await.unwrap().unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_awaiting_writable_are_both_woken_when_credits_return() {
+    let (mut a, b) = stream_pair(RStreamOptions::new()).await;
+    let b = Arc::new(b);
+    let written = fill_until_blocked(&b);
+    assert!(written > 0);
+    let first = spawn_waiting("first writable", {
+        let b = b.clone();
+        async move { b.writable().await }
+    })
+    .await;
+    let second = spawn_waiting("second writable", {
+        let b = b.clone();
+        async move { b.writable().await }
+    })
+    .await;
+    // Reading returns the credits.
+    let mut got = vec![0u8; written];
+    guard("read what was written", a.read_exact(&mut got))
+        .await
+        .unwrap();
+    guard("first writable", first).await.unwrap().unwrap();
+    guard("second writable", second).await.unwrap().unwrap();
+    assert!(b.try_write(b"y").unwrap() > 0);
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_tasks_awaiting_each_owned_half_are_both_woken() {
+    let (a, mut b) = stream_pair(RStreamOptions::new()).await;
+    let (rd, wr) = a.into_split();
+    let (rd, wr) = (Arc::new(rd), Arc::new(wr));
+    let mut readers = Vec::new();
+    for what in ["first readable half", "second readable half"] {
+        let rd = rd.clone();
+        readers.push(spawn_waiting(what, async move { rd.readable().await }).await);
+    }
+    b.write_all(b"both").await.unwrap();
+    for reader in readers {
+        guard("readable half", reader).await.unwrap().unwrap();
+    }
+
+    let mut written = 0;
+    loop {
+        match wr.try_write(b"x") {
+            Ok(n) => written += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("try_write: {e}"),
+        }
+    }
+    assert!(written > 0);
+    let mut writers = Vec::new();
+    for what in ["first writable half", "second writable half"] {
+        let wr = wr.clone();
+        writers.push(spawn_waiting(what, async move { wr.writable().await }).await);
+    }
+    let mut got = vec![0u8; written];
+    guard("read what was written", b.read_exact(&mut got))
+        .await
+        .unwrap();
+    for writer in writers {
+        guard("writable half", writer).await.unwrap().unwrap();
+    }
+}
