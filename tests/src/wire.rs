@@ -339,3 +339,57 @@ pub async fn rdma_write_read_check(
     r.expect("RDMA read across the wire");
     assert!(dst[..] == data[..], "RDMA read returned other bytes");
 }
+
+/// hyper-util's pooled client over RDMA, HTTP/2 with prior knowledge when `http2`.
+pub fn http_client(
+    http2: bool,
+) -> hyper_util::client::legacy::Client<
+    rdma_async::integration::hyper::RConnector,
+    http_body_util::Empty<bytes::Bytes>,
+> {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .http2_only(http2)
+        .build(rdma_async::integration::hyper::RConnector::new())
+}
+
+/// One GET of `path` from `examples/http_server` at `addr`: status 200, the protocol asked for,
+/// and the server's greeting naming the path and this node.
+pub async fn check_greeting_get(
+    client: &hyper_util::client::legacy::Client<
+        rdma_async::integration::hyper::RConnector,
+        http_body_util::Empty<bytes::Bytes>,
+    >,
+    addr: SocketAddr,
+    path: &str,
+    http2: bool,
+) {
+    use http_body_util::BodyExt;
+    let uri: http::Uri = format!("http://{addr}{path}").parse().unwrap();
+    let response = client.get(uri).await.expect("response");
+    assert_eq!(response.status(), 200);
+    let want = if http2 {
+        http::Version::HTTP_2
+    } else {
+        http::Version::HTTP_11
+    };
+    assert_eq!(response.version(), want);
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(
+        body.contains(&format!("you asked for {path} over RDMA"))
+            && body.contains(&format!("hello {}:", crate::test_ip())),
+        "{body}"
+    );
+}
+
+/// A tonic channel over RDMA to the server at `addr`, retried while it starts.
+pub async fn tonic_channel(addr: SocketAddr) -> tonic::transport::Channel {
+    connect_retrying(|| async {
+        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect_with_connector(rdma_async::integration::hyper::RConnector::new())
+            .await
+            .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))
+    })
+    .await
+}

@@ -6,18 +6,13 @@
 use std::io;
 use std::net::SocketAddr;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::{RListener, RStream};
 use rdma_async_tests::rstream_peer::{c_rstream_verify_args, rstream_exchange};
 use rdma_async_tests::wire::{
-    Fnv, PeerJob, connect_retrying, echo_through, example, on_peer, pattern, peer_ip, peer_program,
-    rdma_client, rdma_write_read_check,
+    Fnv, PeerJob, check_greeting_get, connect_retrying, echo_through, example, http_client,
+    on_peer, pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
 };
 use rdma_async_tests::{guard, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -256,29 +251,10 @@ async fn hyper_http1_and_http2_across_the_wire() {
     )
     .await;
     for http2 in [false, true] {
-        let client = Client::builder(TokioExecutor::new())
-            .http2_only(http2)
-            .build::<_, Empty<Bytes>>(RConnector::new());
+        let client = http_client(http2);
         for i in 0..5 {
-            let uri: http::Uri = format!("http://{addr}/wire/{i}").parse().unwrap();
-            let response = guard("request", client.get(uri)).await.expect("response");
-            assert_eq!(response.status(), 200);
-            let want = if http2 {
-                http::Version::HTTP_2
-            } else {
-                http::Version::HTTP_11
-            };
-            assert_eq!(response.version(), want);
-            let body = guard("body", response.into_body().collect())
-                .await
-                .unwrap()
-                .to_bytes();
-            let body = String::from_utf8_lossy(&body);
-            assert!(
-                body.contains(&format!("you asked for /wire/{i} over RDMA"))
-                    && body.contains(&format!("hello {}:", test_ip())),
-                "{body}"
-            );
+            let path = format!("/wire/{i}");
+            guard("request", check_greeting_get(&client, addr, &path, http2)).await;
         }
     }
     server.stop().await;
@@ -294,14 +270,7 @@ async fn tonic_unary_and_streaming_across_the_wire() {
         &[&example("greeter_server"), &addr.to_string()],
     )
     .await;
-    let channel = connect_retrying(|| async {
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_with_connector(RConnector::new())
-            .await
-            .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))
-    })
-    .await;
+    let channel = tonic_channel(addr).await;
     let mut client = GreeterClient::new(channel);
     let reply = guard(
         "unary",

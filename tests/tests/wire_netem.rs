@@ -7,20 +7,13 @@
 //! on the impaired one. One test at a time (`scripts/wire-tests` runs this binary with one
 //! thread, and a lock keeps the wire to one test anyway).
 
-use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
-use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::RStream;
-use rdma_async_tests::test_ip;
 use rdma_async_tests::wire::{
-    Fnv, Netem, PeerJob, connect_retrying, echo_through, example, pattern, peer_ip, peer_program,
-    rdma_client, rdma_write_read_check,
+    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, echo_through, example, http_client,
+    pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
 };
 use tokio_stream::StreamExt;
 
@@ -150,45 +143,21 @@ async fn hyper_http1_and_http2_under_loss_reordering_duplication_and_corruption(
         &[&example("http_server"), &addr.to_string()],
     )
     .await;
-    let get = |client: &Client<RConnector, Empty<Bytes>>, path: String, http2: bool| {
-        let uri: http::Uri = format!("http://{addr}{path}").parse().unwrap();
-        let request = client.get(uri);
-        async move {
-            let response = request.await.expect("response");
-            assert_eq!(response.status(), 200);
-            let want = if http2 {
-                http::Version::HTTP_2
-            } else {
-                http::Version::HTTP_11
-            };
-            assert_eq!(response.version(), want);
-            let body = response.into_body().collect().await.unwrap().to_bytes();
-            let body = String::from_utf8_lossy(&body);
-            assert!(
-                body.contains(&format!("you asked for {path} over RDMA"))
-                    && body.contains(&format!("hello {}:", test_ip())),
-                "{body}"
-            );
-        }
-    };
-    let clients = [false, true].map(|http2| {
-        Client::builder(TokioExecutor::new())
-            .http2_only(http2)
-            .build::<_, Empty<Bytes>>(RConnector::new())
-    });
-    // Open (and prove) each client's connection on the clean wire.
+    let clients = [false, true].map(http_client);
+    // Open (and prove) each client's connection on the clean wire (the server is listening:
+    // PeerJob::start waited for it to say so).
     for (client, http2) in clients.iter().zip([false, true]) {
-        connect_retrying(|| async {
-            get(client, "/clean".into(), http2).await;
-            io::Result::Ok(())
-        })
+        bounded(
+            "a request on the clean wire",
+            check_greeting_get(client, addr, "/clean", http2),
+        )
         .await;
     }
     let netem = Netem::both(COMBINED).await;
     bounded(&format!("HTTP requests under netem {COMBINED}"), async {
         for i in 0..20 {
             for (client, http2) in clients.iter().zip([false, true]) {
-                get(client, format!("/impaired/{i}/{http2}"), http2).await;
+                check_greeting_get(client, addr, &format!("/impaired/{i}/{http2}"), http2).await;
             }
         }
     })
@@ -211,14 +180,7 @@ async fn tonic_unary_and_streaming_under_loss_reordering_duplication_and_corrupt
         &[&example("greeter_server"), &addr.to_string()],
     )
     .await;
-    let channel = connect_retrying(|| async {
-        tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
-            .unwrap()
-            .connect_with_connector(RConnector::new())
-            .await
-            .map_err(|e| io::Error::new(io::ErrorKind::ConnectionRefused, e))
-    })
-    .await;
+    let channel = tonic_channel(addr).await;
     let mut client = GreeterClient::new(channel);
     // The connection is proven on the clean wire first.
     let reply = client.say_hello(hello("clean".into())).await.unwrap();
