@@ -17,6 +17,7 @@ pub mod pairs;
 pub mod rstream_peer;
 pub mod soak;
 pub mod sockets;
+pub mod tls;
 pub mod tools;
 
 pub use addr::{test_addr, test_addr6, test_ip, test_ip6};

@@ -119,3 +119,15 @@ async fn greeter_examples_over_rdma() {
         .await;
     server.wait_for("greeting RDMA from Some(").await;
 }
+
+#[rdma_async::test]
+async fn tls_echo_example_verifies_and_echoes() {
+    let addr = format!("{}:7480", test_ip());
+    Tool::spawn(&example("tls_echo"), &[&addr])
+        .expect_success(&[
+            "server certificate verified: true",
+            "echo: hello over TLS over RDMA",
+            "echo: second line",
+        ])
+        .await;
+}

@@ -24,6 +24,7 @@ mod stream;
 mod stream_api;
 mod stream_flood;
 mod stream_waiters;
+mod tls;
 mod tonic;
 mod ucmatose;
 mod udaddy;
