@@ -18,9 +18,12 @@ pub use private_data::private_data;
 pub use recv_path::recv_path;
 pub use remote_region::remote_region;
 
+/// A harness: decodes one input, panics when an invariant breaks.
+pub type Harness = fn(&[u8]);
+
 /// Every target: its name (the binary in `fuzz/` and the folder under `fuzz/corpus/`) and its
 /// harness.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Harness)] = &[
     ("conn_data", conn_data),
     ("recv_path", recv_path),
     ("grh", grh),

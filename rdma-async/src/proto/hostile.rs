@@ -703,7 +703,9 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
                 .front()
                 .map_or((0, 0), |g| (g.start + g.filled, g.len - g.filled));
             let len = match u32::try_from(left) {
-                Ok(left) if left > 0 && input.u8() % 32 != 0 => 1 + u32::from(input.u16()) % left,
+                Ok(left) if left > 0 && !input.u8().is_multiple_of(32) => {
+                    1 + u32::from(input.u16()) % left
+                }
                 _ => u32::from(input.u16()),
             };
             let written = peer_write(local, at, len);
@@ -724,8 +726,12 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
         // A 0-byte write with any immediate, or a receive without one.
         11 => {
             let word = input.u32();
-            let imm = (input.u8() % 16 != 0).then_some(word);
-            let byte_len = if input.u8() % 8 == 0 { input.u32() } else { 0 };
+            let imm = (!input.u8().is_multiple_of(16)).then_some(word);
+            let byte_len = if input.u8().is_multiple_of(8) {
+                input.u32()
+            } else {
+                0
+            };
             local.recv(peer, imm, byte_len);
         }
         // A control message: SHUTDOWN, DISCONNECT, or a keepalive sent with an immediate.
@@ -735,7 +741,7 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
         }
         // Credits only: an honest limit or any limit.
         13..=15 => {
-            let limit = if input.u8() % 2 == 0 {
+            let limit = if input.u8().is_multiple_of(2) {
                 peer.data_received.wrapping_add(peer.credits)
             } else {
                 input.u16()
@@ -781,7 +787,7 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
         27..=32 => local.app_read(1 + usize::from(input.u16())),
         33..=36 => {
             let n = usize::from(input.u8() % 16);
-            let ok = input.u8() % 32 != 0;
+            let ok = !input.u8().is_multiple_of(32);
             local.complete(n, ok);
         }
         37 => match input.u8() % 8 {
