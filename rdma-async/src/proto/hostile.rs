@@ -148,8 +148,6 @@ struct Local {
     grants: VecDeque<ModelGrant>,
     /// Receive-ring bytes in `ByteState::Filled`.
     filled: usize,
-    /// Stream bytes the application wrote so far (the pattern continues).
-    written: u64,
     error: Option<ProtoError>,
     outcome: Outcome,
 }
@@ -163,6 +161,8 @@ struct Peer {
     granted: Vec<(u64, u32, u64)>,
     /// DATA messages it received from us (its honest send limit is this plus its credits).
     data_received: u16,
+    /// The newest send limit we took from it (its credits until the first update).
+    limit: u16,
     /// Honest-looking buffers handed out so far.
     fresh: u64,
 }
@@ -205,7 +205,6 @@ impl Local {
             rbuf_state: vec![ByteState::Free; rbuf_len],
             grants: VecDeque::new(),
             filled: 0,
-            written: 0,
             error: None,
             outcome: Outcome::default(),
         };
@@ -387,6 +386,13 @@ impl Local {
             w.len, w.remote_addr, w.rkey
         );
         assert_eq!(w.imm, Op::Data(w.len as u32).encode());
+        let ahead = peer.limit.wrapping_sub(peer.data_received);
+        assert!(
+            (1..=peer.credits).contains(&ahead),
+            "DATA message {} sent past the peer's send limit {}",
+            peer.data_received,
+            peer.limit
+        );
         let mut segs = Vec::new();
         if w.inline {
             assert!(w.sbuf.as_slice().is_empty());
@@ -406,15 +412,13 @@ impl Local {
                     );
                     *busy = true;
                 }
-                for (k, b) in self.mem[span].iter_mut().enumerate() {
-                    *b = stream_byte(self.written + (total + k) as u64);
-                }
+                // What the bytes are does not matter to the checks; that they land here does.
+                self.mem[span].fill(0x5a);
                 total += seg.len;
                 segs.push((seg.offset, seg.len));
             }
             assert_eq!(total, w.len);
         }
-        self.written += w.len as u64;
         peer.data_received = peer.data_received.wrapping_add(1);
         self.outcome.data_writes += 1;
         self.posted.push_back((w.wr_id, segs));
@@ -499,7 +503,8 @@ impl Local {
                         self.outcome.data_events += 1;
                         self.model_data(offset, len);
                     }
-                    RecvEvent::SglUpdate { .. } => {
+                    RecvEvent::SglUpdate { limit, .. } => {
+                        peer.limit = limit;
                         // What the peer granted is what its writes left in the slot.
                         let b = slot_read.expect("an SGL update read its slot");
                         let sge = RsSge::from_bytes(b, ByteOrder::native());
@@ -507,7 +512,10 @@ impl Local {
                             .push((sge.addr, sge.key, u64::from(sge.length)));
                         self.outcome.sgl_events += 1;
                     }
-                    RecvEvent::Credits { .. } => self.outcome.credit_events += 1,
+                    RecvEvent::Credits { limit } => {
+                        peer.limit = limit;
+                        self.outcome.credit_events += 1;
+                    }
                     RecvEvent::Ctrl(_) => self.outcome.ctrl_events += 1,
                     RecvEvent::Ignored => {}
                 }
@@ -532,11 +540,6 @@ impl Local {
             self.check_error(r.as_ref().err());
         }
     }
-}
-
-/// Byte `k` of the stream the local application writes.
-fn stream_byte(k: u64) -> u8 {
-    (k.wrapping_mul(31) ^ (k >> 9)) as u8
 }
 
 fn config(input: &mut Input<'_>) -> Config {
@@ -623,6 +626,7 @@ impl Peer {
                 u64::from(data.data_buf.length),
             )],
             data_received: 0,
+            limit: data.credits,
             fresh: 0,
         }
     }
@@ -781,7 +785,7 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
             local.recv(peer, Some(Op::Sgl(limit).encode()), byte_len);
         }
         20..=26 => {
-            let len = usize::from(input.u16()) * (1 + usize::from(input.u8() % 4));
+            let len = usize::from(input.u16());
             local.app_write(len, peer);
         }
         27..=32 => local.app_read(1 + usize::from(input.u16())),
@@ -807,8 +811,6 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
 fn peer_write(local: &mut Local, at: usize, len: u32) -> u32 {
     let len = (len as usize).min(local.rbuf.len - at.min(local.rbuf.len));
     let span = Local::span(local.rbuf, at.min(local.rbuf.len), len, "peer data write");
-    for (i, b) in local.mem[span].iter_mut().enumerate() {
-        *b = (i as u8) ^ 0x3c;
-    }
+    local.mem[span].fill(0x3c);
     len as u32
 }

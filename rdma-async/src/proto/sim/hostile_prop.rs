@@ -58,13 +58,13 @@ fn hostile_runs_reach_every_path() {
 fn honest_exchange_passes_without_error() {
     let bytes: &[u8] = &[
         1, 7, // 8 KiB rings; valid peer connection data
-        20, 0x00, 0x10, 0,  // the application writes 4096 bytes
-        39, // the peer completes our sends
+        20, 0x00, 0x10, // the application writes 4096 bytes
+        39,   // the peer completes our sends
         0, 1, 0xe8, 0x03, // a DATA write where it belongs
         27, 0xff, 0x0f, // the application reads
         13, 0, // credits with an honest limit
         16, 0, 0xff, 0x0f, // an SGL update granting a 4096-byte buffer in the next slot
-        20, 0x00, 0x20, 1, // the application writes 16384 bytes
+        20, 0x00, 0x40, // the application writes 16384 bytes
         33, 8, 1, // 8 of our sends complete
         0, 1, 0xff, 0xff, // another DATA write
         37, 7, // the application reads everything
