@@ -105,17 +105,6 @@ impl Input<'_> {
     }
 }
 
-/// What a receive-ring byte holds, from the model's independent point of view.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum ByteState {
-    /// Not granted to the peer (consumed, or never used).
-    Free,
-    /// Granted to the peer, not yet covered by an accepted DATA message.
-    Granted,
-    /// Covered by an accepted DATA message and not yet read.
-    Filled,
-}
-
 /// A buffer we granted, as the model saw the grant go out.
 #[derive(Debug, Clone, Copy)]
 struct ModelGrant {
@@ -143,10 +132,16 @@ struct Local {
     /// Posted writes not completed, oldest first (a completion frees its send-ring bytes).
     posted: VecDeque<(u64, Vec<(usize, usize)>)>,
     recv_posted: u32,
-    rbuf_state: Vec<ByteState>,
+    /// The model of the receive ring: the unread bytes of accepted DATA are `filled` bytes from
+    /// ring offset `read_pos` (wrapping); the granted and not yet filled bytes are the unfilled
+    /// tails of `grants`; every other byte is free.
+    read_pos: usize,
     grants: VecDeque<ModelGrant>,
-    /// Receive-ring bytes in `ByteState::Filled`.
+    /// Unread bytes of accepted DATA.
     filled: usize,
+    /// DATA messages accepted (mod 2^16), and the newest send limit we gave the peer.
+    data_accepted: u16,
+    our_limit: u16,
     error: Option<ProtoError>,
     outcome: Outcome,
 }
@@ -200,7 +195,9 @@ impl Local {
             tsgl,
             posted: VecDeque::new(),
             recv_posted: config.rq_size(),
-            rbuf_state: vec![ByteState::Free; rbuf_len],
+            read_pos: 0,
+            data_accepted: 0,
+            our_limit: config.credits(),
             grants: VecDeque::new(),
             filled: 0,
             error: None,
@@ -250,14 +247,18 @@ impl Local {
             self.grants.iter().all(|g| g.slot != slot),
             "SGL update overwrote the peer's slot {slot} before the buffer there was filled"
         );
-        for (i, st) in self.rbuf_state[start..start + len].iter_mut().enumerate() {
-            assert_eq!(
-                *st,
-                ByteState::Free,
-                "granted receive-ring byte {} that is unread or already granted",
-                start + i
+        let ring = self.rbuf.len;
+        let busy = self
+            .grants
+            .iter()
+            .map(|g| (g.start + g.filled, g.len - g.filled))
+            .chain([(self.read_pos, self.filled)]);
+        for (from, n) in busy {
+            assert!(
+                !ring_overlap(ring, (start, len), (from, n)),
+                "granted [{start}, +{len}) of the receive ring over unread or granted bytes \
+                 [{from}, +{n})"
             );
-            *st = ByteState::Granted;
         }
         self.grants.push_back(ModelGrant {
             slot,
@@ -269,6 +270,14 @@ impl Local {
 
     /// Model: the core accepted `len` bytes of DATA at ring offset `offset`.
     fn model_data(&mut self, offset: usize, len: usize) {
+        let ahead = self.our_limit.wrapping_sub(self.data_accepted);
+        assert!(
+            ahead != 0 && ahead <= self.config.credits(),
+            "DATA message {} accepted past the send limit {} we gave",
+            self.data_accepted,
+            self.our_limit
+        );
+        self.data_accepted = self.data_accepted.wrapping_add(1);
         if len == 0 {
             return;
         }
@@ -290,14 +299,11 @@ impl Local {
         if g.filled == g.len {
             self.grants.pop_front();
         }
-        for st in &mut self.rbuf_state[offset..offset + len] {
-            assert_eq!(
-                *st,
-                ByteState::Granted,
-                "DATA accepted over ungranted bytes"
-            );
-            *st = ByteState::Filled;
-        }
+        assert_eq!(
+            offset,
+            (self.read_pos + self.filled) % self.rbuf.len,
+            "DATA accepted at ring offset {offset}, not right after the unread bytes"
+        );
         self.filled += len;
     }
 
@@ -341,6 +347,9 @@ impl Local {
     }
 
     fn post_control(&mut self, c: ControlWrite, peer: &mut Peer) {
+        if let ControlKind::SglUpdate { limit, .. } | ControlKind::Credits { limit } = c.kind {
+            self.our_limit = limit;
+        }
         match (c.kind, c.payload) {
             (ControlKind::SglUpdate { slot, limit }, Some(payload)) => {
                 let (addr, key, bytes) = peer.target_sgl;
@@ -449,19 +458,15 @@ impl Local {
         let mut got = 0;
         for seg in self.conn.readable_segments().as_slice() {
             let take = seg.len.min(max - got);
+            // The reader is told about accepted DATA only, oldest byte first.
+            assert_eq!(
+                seg.offset,
+                (self.read_pos + got) % self.rbuf.len,
+                "the reader was told to read ring offset {} but the oldest unread byte is at {}",
+                seg.offset,
+                (self.read_pos + got) % self.rbuf.len
+            );
             let span = Self::span(self.rbuf, seg.offset, take, "receive-ring read");
-            for (i, st) in self.rbuf_state[seg.offset..seg.offset + take]
-                .iter_mut()
-                .enumerate()
-            {
-                assert_eq!(
-                    *st,
-                    ByteState::Filled,
-                    "the reader was told to read ring byte {} which no accepted DATA covers",
-                    seg.offset + i
-                );
-                *st = ByteState::Free;
-            }
             // What the application gets: ring bytes only.
             let _ = &self.mem[span];
             got += take;
@@ -469,7 +474,12 @@ impl Local {
                 break;
             }
         }
-        assert!(got <= n);
+        assert!(
+            got <= n && n <= self.filled,
+            "{n} bytes readable but only {} of accepted DATA are unread",
+            self.filled
+        );
+        self.read_pos = (self.read_pos + got) % self.rbuf.len;
         self.filled -= got;
         self.conn.consume(got).expect("consume what was readable");
         self.outcome.bytes_read += got;
@@ -801,6 +811,20 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
         },
         _ => local.complete(usize::MAX, true),
     }
+}
+
+/// Whether two ranges `(start, len)` of a ring of `ring` bytes share a byte.
+fn ring_overlap(ring: usize, a: (usize, usize), b: (usize, usize)) -> bool {
+    let linear = |(start, len): (usize, usize)| {
+        let start = start % ring;
+        let first = len.min(ring - start);
+        [(start, start + first), (0, len - first)]
+    };
+    linear(a).iter().any(|&(a0, a1)| {
+        linear(b)
+            .iter()
+            .any(|&(b0, b1)| a0 < a1 && b0 < b1 && a0 < b1 && b0 < a1)
+    })
 }
 
 /// The peer's device writes `len` bytes at ring offset `at`; the region's bounds stop it at the
