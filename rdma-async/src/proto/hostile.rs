@@ -1,8 +1,8 @@
 //! A hostile rsockets peer against one honest [`Connection`], driven by a byte string.
 //!
-//! The same bytes drive the simulator's property test (`sim/hostile_prop.rs`, random bytes) and
-//! the coverage-guided fuzz target of the receive path (`fuzz/`, through `crate::__fuzz`), so a
-//! crash the fuzzer finds replays as a unit test.
+//! The same bytes drive the simulator's property tests (`sim/hostile_prop.rs`: weighted steps,
+//! and random bytes) and the coverage-guided fuzz target of the receive path (`fuzz/`, through
+//! `crate::__fuzz`), so a crash the fuzzer finds replays as a unit test.
 //!
 //! The peer does what a real peer can do over an RC queue pair and rdma_cm, with arbitrary
 //! values: connection data (any 40 bytes, or valid data with odd fields), RDMA writes with
@@ -19,13 +19,16 @@
 //! - the error is sticky: once the connection reports an error it reports that same error for
 //!   ever (reads after the readable bytes, writes, the state);
 //! - local accesses stay inside their region and the guard zones never change;
-//! - a read returns only bytes of a DATA message the core accepted, at the ring position the
-//!   buffers we granted put it (an independent model of our grants, byte by byte), and at most
-//!   what the peer announced: never a byte outside the ring, never one not yet granted and
-//!   filled, never one twice;
+//! - a read returns only bytes of DATA messages the core accepted, oldest first, from the ring
+//!   positions the buffers we granted put them at (an independent model of our grants and the
+//!   unread bytes), and at most what the peer announced: never a byte outside the ring, never
+//!   one not granted and filled, never one twice; since the device reports no write address, a
+//!   peer that wrote elsewhere than it announced only garbles its own data;
+//! - grants never cover unread or already granted bytes, and no DATA is accepted past a grant
+//!   or past the send limit we gave;
 //! - everything we write lands inside what the peer granted: data inside a buffer it gave us
-//!   (with its rkey), SGL updates inside its advertised target SGL, never past it; and a send-ring
-//!   byte is not reused before its write completed.
+//!   (with its rkey) and never past its send limit, SGL updates inside its advertised target
+//!   SGL; and a send-ring byte is not reused before its write completed.
 
 use std::collections::VecDeque;
 
