@@ -61,7 +61,9 @@ pub(crate) use conn_data::{CONN_DATA_LEN, iomap_code_to_size, iomap_size_to_code
 #[cfg(test)]
 pub(crate) use connection::{RecvAction, RecvEvent};
 #[cfg(test)]
-pub(crate) use imm::{CtrlCode, Op};
+pub(crate) use imm::CtrlCode;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use imm::Op;
 #[cfg(test)]
 pub(crate) use plan::{ControlKind, ControlWrite};
 #[cfg(test)]
