@@ -69,6 +69,18 @@ mod verbs;
 
 pub use rdma_async_macros::{main, test};
 
+#[cfg(any(test, feature = "fuzzing"))]
+mod fuzzing;
+
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod __fuzz {
+    //! The harnesses of the fuzz targets in `fuzz/` (feature `fuzzing`): each decodes peer input
+    //! with one of the crate's decoders and panics when an invariant breaks. Never needed by
+    //! users.
+    pub use crate::fuzzing::*;
+}
+
 #[cfg(feature = "test-hooks")]
 #[doc(hidden)]
 pub mod __test_hooks {

@@ -90,7 +90,8 @@ pub(crate) fn event_error(event: &CmEvent, peer: Option<SocketAddr>, step: &str)
     let target = peer.map_or_else(|| "the peer".to_owned(), |p| p.to_string());
     let errno_kind = |default| {
         if event.status < 0 {
-            match crate::error::errno_kind(-event.status) {
+            // The status is librdmacm's: a negative errno is expected, but `-i32::MIN` overflows.
+            match crate::error::errno_kind(event.status.saturating_neg()) {
                 io::ErrorKind::NotFound => io::ErrorKind::AddrNotAvailable,
                 kind => kind,
             }
@@ -169,6 +170,32 @@ mod tests {
 
     fn peer() -> SocketAddr {
         "10.0.0.2:7471".parse().unwrap()
+    }
+
+    /// Found by the `private_data` fuzz target: negating the status overflowed (a panic in
+    /// debug builds) for `i32::MIN`.
+    #[test]
+    fn any_event_status_is_an_error_not_a_panic() {
+        for kind in [
+            ev::RDMA_CM_EVENT_ADDR_ERROR,
+            ev::RDMA_CM_EVENT_ROUTE_ERROR,
+            ev::RDMA_CM_EVENT_CONNECT_ERROR,
+        ] {
+            for status in [i32::MIN, i32::MIN + 1, -1, 0, i32::MAX] {
+                let event = CmEvent {
+                    kind,
+                    status,
+                    private_data: Vec::new(),
+                    responder_resources: 0,
+                    initiator_depth: 0,
+                    incoming: None,
+                    ud: None,
+                };
+                let err = event_error(&event, Some(peer()), "connecting");
+                assert_ne!(err.kind(), io::ErrorKind::NotFound, "{err}");
+                assert_eq!(cause::<CmError>(&err).unwrap().status(), status);
+            }
+        }
     }
 
     #[test]

@@ -31,6 +31,8 @@ mod request;
 pub(crate) mod resolve;
 
 pub use error::CmError;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use error::event_error;
 pub(crate) use events::CmEvents;
 pub use id_options::IdOptions;
 pub use listener::CmListener;

@@ -55,8 +55,8 @@
 //! | address or route resolution failed | as in [`crate::cm`] |
 //! | sending to a group not joined | `NotConnected` |
 
-mod grh;
-mod hello;
+pub(crate) mod grh;
+pub(crate) mod hello;
 mod lru;
 mod multicast;
 mod options;

@@ -115,7 +115,7 @@ impl Connection {
     }
 
     /// The (clamped) sizes this connection uses.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn config(&self) -> &Config {
         &self.config
     }

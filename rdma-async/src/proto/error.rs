@@ -53,7 +53,7 @@ impl ProtoError {
     }
 
     /// The kind of failure.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn kind(&self) -> ProtoErrorKind {
         self.kind
     }

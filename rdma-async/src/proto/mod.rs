@@ -17,7 +17,8 @@
 //! Files: `config` (sizes and constants), `conn_data` (the 40 private-data bytes), `imm` (the
 //! immediate word), `sge` (16-byte SGL entries and byte order), `ring` (ring segments),
 //! `sender`, `receiver`, `control` (control slots), `plan` (work requests to post), `wr`
-//! (work-request ids), `state`, `connection` (the whole), `error`.
+//! (work-request ids), `state`, `connection` (the whole), `error`; `hostile` (tests and fuzzing
+//! only) plays a hostile peer against one connection and checks what it must never do.
 
 #![forbid(unsafe_code)]
 
@@ -26,6 +27,8 @@ mod conn_data;
 mod connection;
 mod control;
 mod error;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) mod hostile;
 mod imm;
 mod plan;
 mod receiver;
@@ -58,7 +61,9 @@ pub(crate) use conn_data::{CONN_DATA_LEN, iomap_code_to_size, iomap_size_to_code
 #[cfg(test)]
 pub(crate) use connection::{RecvAction, RecvEvent};
 #[cfg(test)]
-pub(crate) use imm::{CtrlCode, Op};
+pub(crate) use imm::CtrlCode;
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use imm::Op;
 #[cfg(test)]
 pub(crate) use plan::{ControlKind, ControlWrite};
 #[cfg(test)]

@@ -19,6 +19,7 @@
 
 #![forbid(unsafe_code)]
 
+mod hostile_prop;
 mod prop;
 mod tests;
 

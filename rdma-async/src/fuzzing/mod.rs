@@ -1,0 +1,58 @@
+//! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, each asserting
+//! that decoder's invariants (not only that it does not panic). The fuzz targets reach them
+//! through the hidden `__fuzz` module (feature `fuzzing`); the unit test below replays every
+//! file of `fuzz/corpus/` through them, so the seeds and every regression input a fuzzing run
+//! found are tests on every `cargo test`.
+
+mod conn_data;
+mod grh;
+mod hello;
+mod private_data;
+mod recv_path;
+mod remote_region;
+
+pub use conn_data::conn_data;
+pub use grh::grh;
+pub use hello::hello;
+pub use private_data::private_data;
+pub use recv_path::recv_path;
+pub use remote_region::remote_region;
+
+/// A harness: decodes one input, panics when an invariant breaks.
+pub type Harness = fn(&[u8]);
+
+/// Every target: its name (the binary in `fuzz/` and the folder under `fuzz/corpus/`) and its
+/// harness.
+pub const TARGETS: &[(&str, Harness)] = &[
+    ("conn_data", conn_data),
+    ("recv_path", recv_path),
+    ("grh", grh),
+    ("hello", hello),
+    ("remote_region", remote_region),
+    ("private_data", private_data),
+];
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::TARGETS;
+
+    #[test]
+    fn every_corpus_file_passes_its_harness() {
+        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+        for (name, harness) in TARGETS {
+            let dir = corpus.join(name);
+            let entries = std::fs::read_dir(&dir)
+                .unwrap_or_else(|e| panic!("the corpus {} is missing: {e}", dir.display()));
+            let mut files = 0;
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let bytes = std::fs::read(&path).unwrap();
+                harness(&bytes);
+                files += 1;
+            }
+            assert!(files > 0, "the corpus {} is empty", dir.display());
+        }
+    }
+}
