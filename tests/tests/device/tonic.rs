@@ -232,3 +232,85 @@ async fn client_reconnects_after_the_server_restarts() {
     }
     assert_eq!(answered, Some(2), "the restarted server never answered");
 }
+
+/// gRPC over TLS over RDMA: tonic's own TLS (`ServerTlsConfig` on `serve_with_incoming`, a
+/// `ClientTlsConfig` channel through `connect_with_connector`) with a certificate made in the
+/// test; a unary call (which still sees the peer's address) and a server stream.
+#[rdma_async::test]
+async fn tls_unary_and_streaming_calls() {
+    use rdma_async_tests::tls::TestCert;
+    use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
+
+    let cert = TestCert::for_ip(test_ip());
+    let listener = RListener::bind(test_addr(0)).await.expect("bind RListener");
+    let addr = listener.local_addr().expect("local_addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let done = tokio::spawn(
+        tonic::transport::Server::builder()
+            .tls_config(
+                ServerTlsConfig::new().identity(Identity::from_pem(&cert.pem, &cert.key_pem)),
+            )
+            .expect("server TLS configuration")
+            .add_service(GreeterServer::new(TestGreeter { generation: 3 }))
+            .serve_with_incoming_shutdown(listener.into_incoming(), async {
+                let _ = stopped.await;
+            }),
+    );
+    let channel = guard(
+        "TLS channel",
+        Endpoint::from_shared(format!("https://{addr}"))
+            .expect("endpoint URI")
+            .tls_config(
+                ClientTlsConfig::new()
+                    .ca_certificate(Certificate::from_pem(&cert.pem))
+                    .domain_name(test_ip().to_string()),
+            )
+            .expect("client TLS configuration")
+            .connect_with_connector(RConnector::new()),
+    )
+    .await
+    .expect("connect a TLS channel over RDMA");
+    let mut client = GreeterClient::new(channel);
+    let reply = guard(
+        "unary call over TLS",
+        client.say_hello(HelloRequest {
+            name: "tls".into(),
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("unary call over TLS")
+    .into_inner();
+    assert!(
+        reply.message.starts_with("tls gen=3 ")
+            && reply
+                .message
+                .contains(&format!("peer=Some(\"{}:", test_ip())),
+        "{}",
+        reply.message
+    );
+    let mut replies = guard(
+        "server stream over TLS",
+        client.say_hello_stream(HelloRequest {
+            count: 50,
+            ..Default::default()
+        }),
+    )
+    .await
+    .expect("server stream over TLS")
+    .into_inner();
+    let mut n = 0;
+    while let Some(reply) = guard("stream item", replies.next()).await {
+        let reply = reply.expect("stream item over TLS");
+        assert_eq!(reply.index, n);
+        assert!(reply.payload == pattern(n.into(), n as usize % 3000));
+        n += 1;
+    }
+    assert_eq!(n, 50);
+    drop(client);
+    stop.send(()).unwrap();
+    guard("server shutdown", done)
+        .await
+        .unwrap()
+        .expect("server over TLS");
+}
