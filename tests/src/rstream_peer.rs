@@ -77,3 +77,18 @@ pub async fn recv(stream: &mut RStream, rx: &mut Counter, buf: &mut [u8]) {
 pub fn c_rstream_verify_args(size: usize, xfers: usize, iters: usize) -> Vec<String> {
     crate::argv!["-T", "b", "-T", "v", "-S", size, "-C", xfers, "-I", iters]
 }
+
+/// Our server's side of a run with a C `rstream` client: the exchange, then the client's EOF
+/// (it shuts down after its last read) with no byte after the exchange.
+pub async fn serve_c_rstream_client(stream: &mut RStream, size: usize, xfers: usize, iters: usize) {
+    crate::guard(
+        "exchange with C rstream",
+        rstream_exchange(stream, false, size, xfers, iters),
+    )
+    .await;
+    let mut rest = Vec::new();
+    crate::guard("EOF from C rstream", stream.read_to_end(&mut rest))
+        .await
+        .unwrap();
+    assert!(rest.is_empty(), "C rstream sent bytes after the exchange");
+}

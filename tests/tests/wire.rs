@@ -9,13 +9,15 @@ use std::net::SocketAddr;
 use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::rstream_peer::{c_rstream_verify_args, rstream_exchange};
+use rdma_async_tests::rstream_peer::{
+    c_rstream_verify_args, rstream_exchange, serve_c_rstream_client,
+};
 use rdma_async_tests::wire::{
     Fnv, PeerJob, check_greeting_get, connect_retrying, echo_through, example, http_client,
     on_peer, pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
 };
 use rdma_async_tests::{guard, test_ip};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio_stream::StreamExt;
 
 mod greeter {
@@ -377,16 +379,7 @@ async fn c_rstream_client_across_the_wire_with_our_server() {
         let client = PeerJob::start("c-rstream-client", "", &argv).await;
         let (mut stream, from) = guard("accept C rstream", listener.accept()).await.unwrap();
         assert_eq!(from.ip(), _peer);
-        guard(
-            "exchange with C rstream on node 2",
-            rstream_exchange(&mut stream, false, size, xfers, iters),
-        )
-        .await;
-        let mut rest = Vec::new();
-        guard("EOF from C rstream", stream.read_to_end(&mut rest))
-            .await
-            .unwrap();
-        assert!(rest.is_empty());
+        serve_c_rstream_client(&mut stream, size, xfers, iters).await;
         drop(stream);
         let (ok, text) = client.wait().await;
         assert!(

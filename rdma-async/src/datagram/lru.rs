@@ -65,13 +65,16 @@ impl<K: Hash + Eq + Clone, V> LruMap<K, V> {
     /// The value of `key`, inserted with `make` (forgetting the least recently used entry if
     /// the map is full) when absent; made the most recently used either way.
     pub(crate) fn get_or_insert_with(&mut self, key: K, make: impl FnOnce() -> V) -> &mut V {
-        if !self.entries.contains_key(&key) {
-            self.make_room();
-            let stamp = self.stamp();
-            self.by_use.insert(stamp, key.clone());
-            self.entries.insert(key.clone(), (make(), stamp));
+        let stamp = self.stamp();
+        match self.entries.get_mut(&key) {
+            Some((_, used)) => {
+                self.by_use.remove(used);
+                *used = stamp;
+            }
+            None => self.make_room(),
         }
-        self.get(&key).expect("the entry was just inserted")
+        self.by_use.insert(stamp, key.clone());
+        &mut self.entries.entry(key).or_insert_with(|| (make(), stamp)).0
     }
 
     /// Sets the value of `key` (forgetting the least recently used entry if the map is full and
@@ -80,10 +83,7 @@ impl<K: Hash + Eq + Clone, V> LruMap<K, V> {
         match self.get(&key) {
             Some(old) => *old = value,
             None => {
-                self.make_room();
-                let stamp = self.stamp();
-                self.by_use.insert(stamp, key.clone());
-                self.entries.insert(key, (value, stamp));
+                self.get_or_insert_with(key, || value);
             }
         }
     }

@@ -19,6 +19,7 @@ use rdma_async::cm::{CmError, CmListener};
 use rdma_async::error::cause;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::tools::finish_tool;
 use rdma_async_tests::{guard, listener, rlistener};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -69,21 +70,7 @@ fn stdout_lines(child: &mut Child) -> Lines<BufReader<ChildStdout>> {
 
 /// Runs `limits-peer ARGS` under the limit to its end; returns what it printed.
 async fn run_limited(args: &[&str]) -> String {
-    let child = spawn_limited(args);
-    let out = guard("limits-peer", child.wait_with_output())
-        .await
-        .expect("limits-peer output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(
-        out.status.success(),
-        "limits-peer failed ({}):\n{text}",
-        out.status
-    );
-    text
+    finish_tool(spawn_limited(args), "limits-peer").await
 }
 
 /// The line `NAME ...` that `limits-peer` printed.

@@ -6,7 +6,7 @@ use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::pairs::stream_pair_on;
 use rdma_async_tests::rstream_peer::{
-    Counter, c_rstream_verify_args, recv, rstream_exchange, send,
+    Counter, c_rstream_verify_args, recv, rstream_exchange, send, serve_c_rstream_client,
 };
 use rdma_async_tests::tools::finish_tool_printing;
 use rdma_async_tests::{
@@ -197,17 +197,7 @@ async fn c_rstream_client_with_our_server() {
         let (mut stream, _) = guard("accept from C rstream", listener.accept())
             .await
             .unwrap();
-        guard(
-            "exchange with C rstream",
-            rstream_exchange(&mut stream, false, size, xfers, iters),
-        )
-        .await;
-        // The C client shuts down after its last read; we read its EOF, then close.
-        let mut rest = Vec::new();
-        guard("EOF from C rstream", stream.read_to_end(&mut rest))
-            .await
-            .unwrap();
-        assert!(rest.is_empty(), "no bytes after the exchange");
+        serve_c_rstream_client(&mut stream, size, xfers, iters).await;
         drop(stream);
         finish(child).await;
     }
