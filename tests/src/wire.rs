@@ -263,6 +263,18 @@ impl Drop for Netem {
 /// Writes `data` through one half while reading the echo through the other, half-closes
 /// after the last byte and reads to EOF: the echo must be `data`, byte for byte.
 pub async fn echo_through(stream: &mut RStream, data: &[u8], chunk: usize) {
+    if let Err(e) = try_echo_through(stream, data, chunk).await {
+        panic!("{e}");
+    }
+}
+
+/// [`echo_through`], with what went wrong as an error (for a caller that adds the peer's
+/// view before failing).
+pub async fn try_echo_through(
+    stream: &mut RStream,
+    data: &[u8],
+    chunk: usize,
+) -> Result<(), String> {
     let (mut rd, mut wr) = tokio::io::split(stream);
     let writer = async {
         for piece in data.chunks(chunk) {
@@ -276,10 +288,15 @@ pub async fn echo_through(stream: &mut RStream, data: &[u8], chunk: usize) {
         io::Result::Ok(got)
     };
     let (w, r) = tokio::join!(writer, reader);
-    w.expect("write across the wire");
-    let got = r.expect("read the echo");
-    assert_eq!(got.len(), data.len(), "bytes echoed");
-    assert!(got == data, "the echo differs from what was sent");
+    w.map_err(|e| format!("write across the wire: {e}"))?;
+    let got = r.map_err(|e| format!("read the echo: {e}"))?;
+    if got.len() != data.len() {
+        return Err(format!("{} bytes echoed of {} sent", got.len(), data.len()));
+    }
+    if got != data {
+        return Err("the echo differs from what was sent".into());
+    }
+    Ok(())
 }
 
 /// Connects to `wire-peer rdma` and learns its region.

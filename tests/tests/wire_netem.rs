@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use rdma_async::stream::RStream;
 use rdma_async_tests::wire::{
-    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, echo_through, example, http_client,
-    pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
+    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, example, http_client, pattern,
+    peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel, try_echo_through,
 };
 use tokio_stream::StreamExt;
 
@@ -68,11 +68,19 @@ async fn across_impaired_wire(spec: &str, port: u16, seed: u64) {
 
     let netem = Netem::both(spec).await;
     let data = pattern(seed, STREAM_BYTES);
-    bounded(
+    let echoed = bounded(
         &format!("RStream echo under netem {spec}"),
-        echo_through(&mut stream, &data, 16 << 10),
+        try_echo_through(&mut stream, &data, 16 << 10),
     )
     .await;
+    if let Err(e) = echoed {
+        drop(netem);
+        drop(stream);
+        panic!(
+            "RStream echo under netem {spec}: {e}; node 2 logged:\n{}",
+            echo.stop().await
+        );
+    }
     let block = pattern(seed + 1, RDMA_BYTES);
     bounded(
         &format!("RDMA writes and read under netem {spec}"),
