@@ -13,6 +13,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::guard;
 
+/// Prints the crate's warnings (a failed send, a protocol violation) into the test's captured
+/// output, which a failed test shows. Once per process; later calls do nothing.
+pub fn log_warnings() {
+    let _ = tracing_subscriber::fmt()
+        .with_test_writer()
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .try_init();
+}
+
 /// Node 2's address, or `None` (after printing why) when this is not a pair boot and
 /// `RDMA_ASYNC_REQUIRE_DEVICE=1` is not set: under it a missing peer fails the test.
 pub fn peer_ip() -> Option<IpAddr> {

@@ -12,8 +12,9 @@ use std::time::Duration;
 
 use rdma_async::stream::RStream;
 use rdma_async_tests::wire::{
-    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, example, http_client, pattern,
-    peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel, try_echo_through,
+    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, example, http_client, log_warnings,
+    pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
+    try_echo_through,
 };
 use tokio_stream::StreamExt;
 
@@ -44,6 +45,7 @@ async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T 
 /// moves the data, and checks it on both ends.
 async fn across_impaired_wire(spec: &str, port: u16, seed: u64) {
     let Some(peer) = peer_ip() else { return };
+    log_warnings();
     let _wire = WIRE.lock().await;
     let echo = PeerJob::start(
         "netem-echo",

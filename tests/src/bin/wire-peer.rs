@@ -51,6 +51,13 @@ fn arg(args: &[String], i: usize) -> &str {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() -> io::Result<()> {
+    // Warnings (a failed send, a protocol violation) go into the job's log, which a failed
+    // test prints.
+    tracing_subscriber::fmt()
+        .with_writer(io::stderr)
+        .with_ansi(false)
+        .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
+        .init();
     let args: Vec<String> = std::env::args().collect();
     let role = arg(&args, 1).to_owned();
     match role.as_str() {
