@@ -244,6 +244,19 @@ impl StreamCore {
         }
     }
 
+    /// Handles every completion in the queue, however many: only for the end of a
+    /// connection, when nothing more arrives and the order of events must be settled.
+    fn drain(&self, state: &mut CoreState) -> io::Result<()> {
+        let mut wcs = [WorkCompletion::EMPTY; BATCH];
+        loop {
+            let n = self.cq.try_poll(&mut wcs)?;
+            if n == 0 {
+                return Ok(());
+            }
+            self.handle(state, &wcs[..n])?;
+        }
+    }
+
     fn wake_all(&self) {
         for wakers in &self.wakers {
             wakers.wake_all();
@@ -416,6 +429,21 @@ impl StreamCore {
         }
     }
 
+    /// The error a reader gets once it has read everything from a peer that disconnected
+    /// without shutting down: the transport's cause if one of our sends failed, else a reset.
+    fn reset(&self, state: &CoreState) -> io::Error {
+        state.transport_error.report().unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!(
+                    "connection reset by {}: it disconnected without shutting down the stream \
+                     (no rsockets SHUTDOWN or DISCONNECT arrived), so data it sent may be missing",
+                    self.link.peer_addr()
+                ),
+            )
+        })
+    }
+
     /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
     /// again), or registers `cx` as `waiter` on `side` to be woken (`Pending`).
     fn wait(
@@ -441,6 +469,9 @@ impl StreamCore {
             }
             Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
                 tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
+                // Whatever the peer sent before it disconnected (its SHUTDOWN or DISCONNECT
+                // above all: without one the stream reads as reset) is in the queue by now.
+                self.drain(state)?;
                 state.conn.handle_disconnected();
                 self.wake_all();
                 Poll::Ready(Ok(()))
@@ -509,6 +540,7 @@ impl StreamCore {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
                 ReadStatus::Eof => return Poll::Ready(Ok(())),
                 ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
+                ReadStatus::Reset => return Poll::Ready(Err(self.reset(&state))),
                 ReadStatus::Blocked => match cx.as_deref_mut() {
                     Some(cx) => ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?,
                     None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),

@@ -223,3 +223,34 @@ async fn rdma_keepalive_leaves_a_live_connection_working() {
     assert_eq!(got.unwrap().len(), 32);
     assert_eq!(&inbox[..], &[7; 32][..]);
 }
+
+/// A peer that goes away without shutting down (here: its queue pair fails, so its DISCONNECT
+/// never arrives, and then it disconnects) is a reset, not end-of-stream: a reader gets every
+/// byte that did arrive, then `ConnectionReset`, never a silent `Ok(0)` that would pass a cut
+/// stream off as a complete one (TCP's RST; an orderly close still reads as EOF).
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_peer_that_disconnects_without_shutting_down_reads_as_a_reset_after_its_data() {
+    let (mut server, mut client) = stream_pair(options()).await;
+    server.write_all(b"partial").await.unwrap();
+    let mut got = [0u8; 7];
+    guard("the data before the reset", client.read_exact(&mut got))
+        .await
+        .unwrap();
+    assert_eq!(&got, b"partial");
+    server.__vanish().unwrap();
+    let server_addr = server.local_addr().unwrap();
+    drop(server);
+    let mut rest = Vec::new();
+    let err = guard(
+        "a read after the peer went away",
+        client.read_to_end(&mut rest),
+    )
+    .await
+    .expect_err("a peer that never shut down must not read as end-of-stream");
+    assert!(rest.is_empty(), "nothing more was sent: {rest:?}");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        err.to_string().contains(&server_addr.to_string()),
+        "the error names the peer: {err}"
+    );
+}

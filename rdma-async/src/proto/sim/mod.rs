@@ -273,6 +273,7 @@ pub(crate) enum ReadOutcome {
     Blocked,
     Eof,
     Failed(ProtoError),
+    Reset,
 }
 
 /// Two connected peers and the wires between them (`wires[i]` carries side `i`'s writes).
@@ -552,6 +553,7 @@ impl Pair {
             ReadStatus::Blocked => ReadOutcome::Blocked,
             ReadStatus::Eof => ReadOutcome::Eof,
             ReadStatus::Failed(e) => ReadOutcome::Failed(e),
+            ReadStatus::Reset => ReadOutcome::Reset,
         };
         self.pump_control(side);
         out

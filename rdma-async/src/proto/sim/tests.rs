@@ -245,10 +245,45 @@ fn cm_disconnected_event() {
     pair.sides[0].conn.handle_disconnected();
     assert!(pair.sides[0].conn.is_disconnected());
     assert_eq!(pair.app_write(0, b"x").stopped, Some(WriteError::Closed));
-    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
+    // The peer never shut down: not end-of-stream but a reset, as TCP reports an RST.
+    assert_eq!(pair.app_read(0, 1), ReadOutcome::Reset);
     // close() after a disconnect sends nothing.
     pair.sides[0].conn.close();
     assert_eq!(pair.pump_control(0), 0);
+}
+
+#[test]
+fn cm_disconnected_event_after_an_orderly_close_is_end_of_stream_after_the_data() {
+    let mut pair = Pair::new(Config::new(), Config::new());
+    pair.settle().unwrap();
+    assert_eq!(pair.app_write(1, b"last words").written, 10);
+    pair.sides[1].conn.close();
+    pair.pump_control(1);
+    // The data and the DISCONNECT are handled before the CM's event, as the driver does.
+    pair.deliver_all(1);
+    pair.poll_cq(0, usize::MAX).unwrap();
+    pair.sides[0].conn.handle_disconnected();
+    assert_eq!(
+        pair.app_read(0, 100),
+        ReadOutcome::Data(b"last words".to_vec())
+    );
+    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
+}
+
+#[test]
+fn cm_disconnected_event_without_a_shutdown_reads_the_data_then_reset() {
+    let mut pair = Pair::new(Config::new(), Config::new());
+    pair.settle().unwrap();
+    assert_eq!(pair.app_write(1, b"partial").written, 7);
+    pair.deliver_all(1);
+    pair.poll_cq(0, usize::MAX).unwrap();
+    // Side 1 vanishes: no SHUTDOWN or DISCONNECT, only the CM's event.
+    pair.sides[0].conn.handle_disconnected();
+    assert_eq!(
+        pair.app_read(0, 100),
+        ReadOutcome::Data(b"partial".to_vec())
+    );
+    assert_eq!(pair.app_read(0, 1), ReadOutcome::Reset);
 }
 
 #[test]
