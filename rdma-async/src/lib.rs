@@ -45,6 +45,26 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Tracing
+//!
+//! With a `tracing` subscriber at `debug` you see what the transport does, each event inside its
+//! connection's span (peer, local address, queue pair number):
+//!
+//! ```text
+//! DEBUG rdma_listener{local=10.77.0.1:38423}: rdma_async::cm::listener: listening
+//! DEBUG rdma_listener{local=10.77.0.1:38423}: rdma_async::cm::request: connection request peer=10.77.0.1:43076 local=10.77.0.1:38423
+//! DEBUG rdma_conn{peer=10.77.0.1:38423 local=10.77.0.1:43076 qp=17}: rdma_async::cm::handshake: connected
+//! DEBUG rdma_conn{peer=10.77.0.1:43076 local=10.77.0.1:38423 qp=18}: rdma_async::cm::request: accepted
+//! DEBUG rdma_conn{peer=10.77.0.1:38423 local=10.77.0.1:43076 qp=17}: rdma_async::cm::link: disconnecting
+//! DEBUG rdma_conn{peer=10.77.0.1:38423 local=10.77.0.1:43076 qp=17}: rdma_async::cm::link: connection released
+//!  WARN rdma_listener{local=10.77.0.1:38423}: rdma_async::stream::listener: rsocket handshake failed peer=10.77.0.1:36708 error=10.77.0.1:36708 sent invalid rsockets connection data (rejected): ...
+//! ```
+//!
+//! Levels: `debug` for the life of connections and listeners (listen, connect, accept, reject,
+//! disconnect, release, failed connects); `warn` for what a peer did wrong or what broke a
+//! connection (failed handshakes, transport failures, protocol violations); `error` for a listener
+//! whose device went away.
+//!
 //! All `unsafe` code lives in `rdma-async-sys` and in this crate's private `verbs` module.
 
 #![warn(missing_docs)]

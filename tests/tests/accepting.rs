@@ -361,7 +361,7 @@ const CHURN_AT_ONCE: usize = 16;
 /// 1,000 connections opened, used and closed as fast as the device allows, while 256 stay open
 /// and keep echoing, all through one `into_incoming()` server: every connection is served,
 /// every echo is intact, and afterwards the RDMA resources and descriptors are back where they
-/// were. Also measures descriptors per stream (documented in the README).
+/// were. Also measures descriptors per stream (documented in the `stream` module docs).
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn churn_beside_long_lived_connections_is_served_and_leaks_nothing() {
     let _alone = EXCLUSIVE.lock().await;

@@ -55,7 +55,7 @@ impl CmError {
     /// Why the server rejected the request, when it said so in rdma-async's reject format (a
     /// server of this crate that could not set up the connection, e.g. "memory registration
     /// of 139264 bytes failed (locked-memory limit RLIMIT_MEMLOCK is 65536 bytes; raise
-    /// ulimit -l)"). The format is documented in the README ("Locked memory").
+    /// ulimit -l)"). The format is documented in the repository's `docs/deployment.md`.
     pub fn reject_reason(&self) -> Option<String> {
         if !self.is_consumer_reject() {
             return None;

@@ -70,7 +70,7 @@ fn rsocket_params() -> ConnParams {
 /// `ConnectionReset`). A writer waiting for the peer's credits probes it once a second (as TCP's
 /// persist timer does), so a peer host that vanished fails the write after the transport's
 /// retries; a reader learns of it only with [`RStreamOptions::keepalive`], as with TCP. The
-/// README's "Failure behaviour" table gives the bounds.
+/// repository's `docs/failure-behaviour.md` gives the bounds.
 ///
 /// A peer cannot monopolise the runtime: the stream handles its completions within Tokio's
 /// cooperative budget, at most 32 per unit (so at most 4096 before its task yields), and
