@@ -32,44 +32,44 @@
 //!
 //! # Options, accepting, descriptors and errors
 //!
-//! [`RStreamOptions`] carries rsockets' knobs: ring sizes (`SO_SNDBUF`/`SO_RCVBUF`; rsockets'
-//! `n` gives `2n`-byte rings), `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`, the busy-poll time, and keepalive (rsockets'
-//! `SO_KEEPALIVE`: a 0-byte RDMA write every interval, so a dead peer surfaces as an error).
-//! The defaults are rsockets' (128 KiB rings, 384-deep queues, 64 B inline, 10 µs), overridden by
-//! the files rsockets reads under `/etc/rdma/rsocket` (`mem_default`, `wmem_default`,
+//! [`RStreamOptions`] carries rsockets' knobs: ring sizes (`SO_SNDBUF`/`SO_RCVBUF`; rsockets' `n`
+//! gives `2n`-byte rings), `RDMA_SQSIZE`, `RDMA_RQSIZE`, `RDMA_INLINE`, the busy-poll time, and
+//! keepalive (rsockets' `SO_KEEPALIVE`: a 0-byte RDMA write every interval, so a dead peer surfaces
+//! as an error). The defaults are rsockets' (128 KiB rings, 384-deep queues, 64 B inline, 10 µs),
+//! overridden by the files rsockets reads under `/etc/rdma/rsocket` (`mem_default`, `wmem_default`,
 //! `sqsize_default`, `rqsize_default`, `inline_default`, `polling_time`).
 //!
 //! Accepting is bounded the way a TCP server's is. `RListener` runs up to 64 handshakes at once,
 //! each in a task of its own and each bounded by `accept_timeout` (on every options type, 10 s by
-//! default; `Endpoint::accept` and `RdmaConnection::accept` have the same bound): a peer that sends a
-//! connection request and never completes the handshake is rejected when it passes, so silent peers
-//! cannot hold the slots. Without it the wait for the peer's last handshake packet is rdma_cm's,
-//! whose length comes from the client's own request (its CM response timeout and retry count), so a
-//! hostile client chooses it (with librdmacm clients it had not ended after 3 minutes in the test
-//! guest); 10 s is many round trips even on emulated Soft-RoCE and lets a handshake survive two lost
-//! packets (rdma_cm resends an unanswered accept every 4.3 s).
-//! `RListener::accept` returns, like `TcpListener::accept`, the error of a request this host could not
-//! set up (out of file descriptors, `EMFILE`; memory; queue pairs): that request is rejected and the
-//! listener stays usable. Handshakes a peer broke (connection data that is not rsockets', no answer
-//! in time, a peer that gave up) are logged at `warn` and skipped. `into_incoming()` (tonic's
+//! default; `Endpoint::accept` and `RdmaConnection::accept` have the same bound): a peer that sends
+//! a connection request and never completes the handshake is rejected when it passes, so silent
+//! peers cannot hold the slots. Without it the wait for the peer's last handshake packet is
+//! rdma_cm's, whose length comes from the client's own request (its CM response timeout and retry
+//! count), so a hostile client chooses it (with librdmacm clients it had not ended after 3 minutes
+//! in the test guest); 10 s is many round trips even on emulated Soft-RoCE and lets a handshake
+//! survive two lost packets (rdma_cm resends an unanswered accept every 4.3 s). `RListener::accept`
+//! returns, like `TcpListener::accept`, the error of a request this host could not set up (out of
+//! file descriptors, `EMFILE`; memory; queue pairs): that request is rejected and the listener
+//! stays usable. Handshakes a peer broke (connection data that is not rsockets', no answer in time,
+//! a peer that gave up) are logged at `warn` and skipped. `into_incoming()` (tonic's
 //! `serve_with_incoming`) and the axum listener never end on one request's failure, only on the
 //! listener's own (its device removed).
 //!
 //! Each `RStream` holds 6 file descriptors: its rdma_cm event channel and its completion channel,
-//! plus a duplicate of each for the reading and one for the writing side (Tokio's `AsyncFd` keeps one
-//! waker per registration, so each side that may wait registers its own copy, and a cancelled write
-//! cannot leave the reader asleep). A listener holds 1, and the process 1 per RDMA device it opened.
-//! Both ends of a connection in one process take 12, so 256 connections need a descriptor limit above
-//! the common 1024 (`ulimit -n`). C rsockets holds 2 per socket; ours could be 2 as well, with one
-//! registration per channel whose wake-ups fan out to both sides (that reworks the readiness code
-//! that the two-waiters item of issue 12 also changes, so it is left to that work).
+//! plus a duplicate of each for the reading and one for the writing side (Tokio's `AsyncFd` keeps
+//! one waker per registration, so each side that may wait registers its own copy, and a cancelled
+//! write cannot leave the reader asleep). A listener holds 1, and the process 1 per RDMA device it
+//! opened. Both ends of a connection in one process take 12, so 256 connections need a descriptor
+//! limit above the common 1024 (`ulimit -n`). C rsockets holds 2 per socket; this crate could hold
+//! 2 as well, with one registration per channel whose wake-ups fan out to both sides (not done
+//! yet).
 //!
 //! Errors are `io::Error`s with the kinds a `TcpStream` user expects: no listener or a rejection →
 //! `ConnectionRefused` (with the peer's reject private data in a `cm::CmError` inside), an
 //! unanswered peer → `TimedOut`, a peer that closed → EOF then `BrokenPipe` on write, a peer that
 //! vanished → `ConnectionReset`/`TimedOut`, a peer speaking something other than rsockets v1 →
-//! `InvalidData`, no RDMA device → `NotFound` "no RDMA device: ...". The table is in the [`cm`](crate::cm)
-//! module docs.
+//! `InvalidData`, no RDMA device → `NotFound` "no RDMA device: ...". The table is in the
+//! [`cm`](crate::cm) module docs.
 //!
 //! A peer that disconnects without shutting down its stream (its process was killed, or its queue
 //! pair failed) is not end-of-stream: a reader gets every byte that arrived and then
