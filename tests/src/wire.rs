@@ -23,6 +23,19 @@ pub fn log_warnings() {
         .try_init();
 }
 
+/// Both nodes' transport counters (`rdma statistic show`: retransmissions, sequence errors,
+/// exceeded retries...), for the message of a failed test on an impaired wire.
+pub async fn transport_counters() -> String {
+    let local = tokio::process::Command::new("rdma")
+        .args(["statistic", "show"])
+        .output()
+        .await
+        .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+        .unwrap_or_else(|e| format!("rdma statistic show: {e}"));
+    let (_, peer) = on_peer(&["rdma", "statistic", "show"]).await;
+    format!("node 1: {local}\nnode 2: {peer}")
+}
+
 /// Node 2's address, or `None` (after printing why) when this is not a pair boot and
 /// `RDMA_ASYNC_REQUIRE_DEVICE=1` is not set: under it a missing peer fails the test.
 pub fn peer_ip() -> Option<IpAddr> {

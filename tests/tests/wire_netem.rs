@@ -14,7 +14,7 @@ use rdma_async::stream::RStream;
 use rdma_async_tests::wire::{
     Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, example, http_client, log_warnings,
     pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
-    try_echo_through,
+    transport_counters, try_echo_through,
 };
 use tokio_stream::StreamExt;
 
@@ -79,8 +79,9 @@ async fn across_impaired_wire(spec: &str, port: u16, seed: u64) {
         drop(netem);
         drop(stream);
         panic!(
-            "RStream echo under netem {spec}: {e}; node 2 logged:\n{}",
-            echo.stop().await
+            "RStream echo under netem {spec}: {e}; node 2 logged:\n{}\ntransport counters:\n{}",
+            echo.stop().await,
+            transport_counters().await
         );
     }
     let block = pattern(seed + 1, RDMA_BYTES);
