@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -76,16 +77,20 @@ pub fn preloaded(program: &str, args: &[String]) -> Child {
         .unwrap_or_else(|e| panic!("run {program}: {e}"))
 }
 
-/// Feeds `input` to a child's stdin (then closes it) while collecting its output; asserts
+/// Feeds `input` to a child's stdin if piped (then closes it) while collecting its output
+/// (stdout if piped, and stderr, which must be); asserts
 /// that it exits successfully within the hang guard, else fails with what it printed to stderr
 /// so far. Returns its output.
 pub async fn finish_with_input(mut child: Child, program: &str, input: Vec<u8>) -> Output {
-    let mut stdin = child.stdin.take().expect("stdin piped");
-    let mut stdout = child.stdout.take().expect("stdout piped");
+    let stdin = child.stdin.take();
+    let stdout = child.stdout.take();
     let mut stderr = child.stderr.take().expect("stderr piped");
     // Tasks of their own: a program that writes while it reads would block on a full pipe if
     // its input were fed first.
     let feeding = tokio::spawn(async move {
+        let Some(mut stdin) = stdin else {
+            return Ok(());
+        };
         let fed = stdin.write_all(&input).await;
         // Dropping stdin closes it: the program sees EOF.
         drop(stdin);
@@ -93,7 +98,10 @@ pub async fn finish_with_input(mut child: Child, program: &str, input: Vec<u8>) 
     });
     let reading = tokio::spawn(async move {
         let mut out = Vec::new();
-        stdout.read_to_end(&mut out).await.map(|_| out)
+        match stdout {
+            Some(mut stdout) => stdout.read_to_end(&mut out).await.map(|_| out),
+            None => Ok(out),
+        }
     });
     let errors = Arc::new(Mutex::new(Vec::new()));
     let errors_in = errors.clone();
@@ -134,3 +142,42 @@ pub async fn finish_with_input(mut child: Child, program: &str, input: Vec<u8>) 
         stderr,
     }
 }
+
+/// Runs `program` under librspreload with `input` on its stdin and its stdout, both regular
+/// files (in the temporary directory, removed afterwards); asserts that it exits successfully
+/// within the hang guard and returns what it wrote to stdout.
+///
+/// Files rather than pipes: socat under librspreload (rdma-core 44) ended its connection early
+/// when its stdin and stdout were pipes, and never with files (see the README's section on
+/// running existing programs).
+pub async fn run_on_files(program: &str, args: &[String], input: &[u8]) -> Vec<u8> {
+    let dir = std::env::temp_dir();
+    let name = format!(
+        "rdma-async-preload-{}-{}",
+        std::process::id(),
+        NEXT_FILE.fetch_add(1, Ordering::Relaxed)
+    );
+    let (input_path, output_path) = (
+        dir.join(format!("{name}.in")),
+        dir.join(format!("{name}.out")),
+    );
+    std::fs::write(&input_path, input).expect("write the input file");
+    let child = Command::new(program)
+        .args(args)
+        .env("LD_PRELOAD", rspreload())
+        .stdin(std::fs::File::open(&input_path).expect("open the input file"))
+        .stdout(std::fs::File::create(&output_path).expect("create the output file"))
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    let finished = finish_with_input(child, program, Vec::new()).await;
+    drop(finished);
+    let output = std::fs::read(&output_path).expect("read the output file");
+    let _ = std::fs::remove_file(&input_path);
+    let _ = std::fs::remove_file(&output_path);
+    output
+}
+
+/// Numbers the temporary files of [`run_on_files`] within this process.
+static NEXT_FILE: AtomicUsize = AtomicUsize::new(0);
