@@ -95,10 +95,10 @@ async fn curl_posts_8_mib_and_gets_it_echoed() {
 }
 
 /// Size of the data socat and ncat carry each way.
-const SOCAT_DATA: usize = 1 << 20;
+const STREAM_DATA: usize = 1 << 20;
 
-/// socat's options for both roles: wait up to 60 s (a hang guard, not a delay: socat ends as
-/// soon as both directions are at EOF) for the other direction once one is at EOF.
+/// socat's options: wait up to 60 s (a hang guard, not a delay: socat ends as soon as both
+/// directions are at EOF) for the other direction once one is at EOF.
 fn socat_args(local: &str, remote: String) -> Vec<String> {
     // -d -d: socat says what it does on stderr, shown if it fails.
     argv!["-d", "-d", "-t", "60", local, remote]
@@ -122,11 +122,11 @@ async fn socat_client_through_our_echo_server() {
         stream.shutdown().await.expect("shutdown after echo");
         received.len()
     });
-    let sent = pattern(16, SOCAT_DATA);
+    let sent = pattern(16, STREAM_DATA);
     let out = run_on_files("socat", &socat_args("STDIO", format!("TCP4:{addr}")), &sent).await;
     assert_eq!(
         guard("echo server", echo).await.unwrap(),
-        SOCAT_DATA,
+        STREAM_DATA,
         "bytes our server echoed"
     );
     assert_eq!(out.len(), sent.len(), "bytes socat received");
@@ -140,7 +140,7 @@ const NCAT_PORT: u16 = 7488;
 async fn our_client_receives_from_ncat_server() {
     // A fixed port: our client must know it, and ncat does not print it.
     let addr = SocketAddr::new(test_ip(), NCAT_PORT);
-    let from_ncat = pattern(19, SOCAT_DATA);
+    let from_ncat = pattern(19, STREAM_DATA);
     // ncat's default engine waits with epoll, which librspreload does not intercept; with
     // `poll` it serves. `--send-only`: send stdin, then close.
     let ncat_args = argv![
