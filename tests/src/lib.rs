@@ -1,7 +1,7 @@
 //! Helpers shared by the device tests, one concept a module: addresses ([`addr`]), test data
 //! ([`data`]), bound sockets ([`sockets`]) and connected pairs ([`pairs`]), librdmacm's C tools
-//! and other programs ([`tools`]), and RDMA resource counts for the leak tests ([`leaks`]). The
-//! common ones are re-exported here.
+//! and other programs ([`tools`]), unmodified programs over rsockets ([`preload`]), and RDMA
+//! resource counts for the leak tests ([`leaks`]). The common ones are re-exported here.
 
 pub mod wire;
 
@@ -14,6 +14,7 @@ pub mod addr;
 pub mod data;
 pub mod leaks;
 pub mod pairs;
+pub mod preload;
 pub mod rstream_peer;
 pub mod soak;
 pub mod sockets;

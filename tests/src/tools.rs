@@ -3,6 +3,7 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::path::PathBuf;
 use std::process::Stdio;
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
@@ -26,6 +27,20 @@ pub const EXCHANGE_DONE: [&str; 2] = ["data transfers complete", "return status 
 /// udaddy's port is fixed (7174; its `-p` selects the port space, not the port): every test
 /// that runs a udaddy server, ours or the C one, holds this lock while it does.
 pub static UDADDY_PORT: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Our example binary `name`, from the directory `scripts/test` exports as
+/// `RDMA_ASYNC_EXAMPLES` after `cargo build --examples`; without it the test fails rather than
+/// skips.
+pub fn example(name: &str) -> String {
+    let dir = std::env::var("RDMA_ASYNC_EXAMPLES").unwrap_or_else(|_| {
+        panic!(
+            "RDMA_ASYNC_EXAMPLES is not set: run through scripts/test, which builds the examples"
+        )
+    });
+    let path = PathBuf::from(dir).join(name);
+    assert!(path.is_file(), "example {} was not built", path.display());
+    path.to_string_lossy().into_owned()
+}
 
 /// Starts one of rdma-core's C tools (`ucmatose`, `rstream`, ...) with its output captured.
 pub fn spawn_tool(program: &str, args: &[String]) -> Child {
@@ -123,8 +138,8 @@ impl Tool {
         }
     }
 
-    /// Reads output until a line contains `marker`.
-    pub async fn wait_for(&mut self, marker: &str) {
+    /// Reads output until a line contains `marker`; returns that line.
+    pub async fn wait_for(&mut self, marker: &str) -> String {
         let what = format!("{} prints {marker:?}", self.name);
         loop {
             match guard(&what, self.lines.next_line()).await.expect("output") {
@@ -132,7 +147,7 @@ impl Tool {
                     self.seen.push_str(&line);
                     self.seen.push('\n');
                     if line.contains(marker) {
-                        return;
+                        return line;
                     }
                 }
                 None => panic!(

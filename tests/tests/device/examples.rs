@@ -4,22 +4,8 @@
 //! The examples are built by `scripts/test` (`cargo build --examples`), which exports their
 //! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
 
-use std::path::PathBuf;
-
 use rdma_async_tests::test_ip;
-use rdma_async_tests::tools::{EXCHANGE_DONE, Tool, UDADDY_PORT};
-
-/// Our example binary `name`.
-fn example(name: &str) -> String {
-    let dir = std::env::var("RDMA_ASYNC_EXAMPLES").unwrap_or_else(|_| {
-        panic!(
-            "RDMA_ASYNC_EXAMPLES is not set: run through scripts/test, which builds the examples"
-        )
-    });
-    let path = PathBuf::from(dir).join(name);
-    assert!(path.is_file(), "example {} was not built", path.display());
-    path.to_string_lossy().into_owned()
-}
+use rdma_async_tests::tools::{EXCHANGE_DONE, Tool, UDADDY_PORT, example};
 
 /// Runs a client whose server is another process that gives no sign of being ready: retried
 /// (boundedly) while it fails, as a user would rerun it.

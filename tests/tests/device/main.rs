@@ -13,6 +13,7 @@ mod examples;
 mod http;
 mod limits;
 mod mckey;
+mod preload;
 mod rdma_ops;
 mod rdma_setup;
 mod repost_failure;
