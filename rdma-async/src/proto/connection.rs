@@ -56,10 +56,6 @@ pub(crate) enum ReadStatus {
     Eof,
     /// The connection failed and all data received before the failure was read.
     Failed(ProtoError),
-    /// rdma_cm reported the connection gone before the peer shut down its side (no SHUTDOWN
-    /// or DISCONNECT arrived) and all data received before was read: the peer died or failed,
-    /// so bytes it meant to send may be missing (TCP's RST, never a silent EOF).
-    Reset,
 }
 
 /// What a receive completion was.
@@ -386,8 +382,6 @@ impl Connection {
             ReadStatus::Failed(err.clone())
         } else if self.state.readable {
             ReadStatus::Blocked
-        } else if self.state.aborted {
-            ReadStatus::Reset
         } else if self.state.connected || self.state.disconnected {
             ReadStatus::Eof
         } else {
@@ -514,14 +508,11 @@ impl Connection {
     }
 
     /// The CM reported `RDMA_CM_EVENT_DISCONNECTED`. The driver handles every completion
-    /// already queued first: a peer that closed in order sent its SHUTDOWN or DISCONNECT (and
-    /// saw it complete) before it disconnected, so that message is already in the queue. If it
-    /// is not, the peer went away without closing (C rsockets always sends one first) and
-    /// reads end in [`ReadStatus::Reset`] rather than end-of-stream.
+    /// already queued first, so every byte the peer sent before it disconnected is readable.
+    /// Reads then see end-of-stream, whether or not the peer shut down first: a C rsockets
+    /// reader does the same, and so does a TCP reader whose peer exited without closing.
     pub(crate) fn handle_disconnected(&mut self) {
-        let aborted = self.state.connected && self.state.readable;
         self.enter_disconnected();
-        self.state.aborted = aborted && self.state.error.is_none();
     }
 
     /// The driver hit a fatal local error (e.g. `ibv_post_send` failed): enter the error

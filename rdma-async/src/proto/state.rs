@@ -17,8 +17,6 @@ pub(crate) struct ConnState {
     pub(crate) writable: bool,
     /// Disconnected: no more messages either way (C's `rs_disconnected`).
     pub(crate) disconnected: bool,
-    /// Disconnected by rdma_cm while still readable: the peer never shut down its side.
-    pub(crate) aborted: bool,
     /// The sticky error, if any (C's `rs_error`).
     pub(crate) error: Option<ProtoError>,
 }

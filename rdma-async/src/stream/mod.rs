@@ -71,11 +71,10 @@
 //! `InvalidData`, no RDMA device → `NotFound` "no RDMA device: ...". The table is in the
 //! [`cm`](crate::cm) module docs.
 //!
-//! A peer that disconnects without shutting down its stream (its process was killed, or its queue
-//! pair failed) is not end-of-stream: a reader gets every byte that arrived and then
-//! `ConnectionReset`. Only an rsockets SHUTDOWN or DISCONNECT (which C rsockets and this crate
-//! always send before they disconnect) reads as EOF. More in the repository's
-//! `docs/failure-behaviour.md`.
+//! A peer that disconnects without shutting down its stream (it exited without closing, or its
+//! connection failed) reads as end-of-stream once every byte it sent is read, as with C rsockets
+//! and with a TCP peer that exited; only a failure of this side's own sends is reported instead.
+//! More in the repository's `docs/failure-behaviour.md`.
 //!
 //! # TLS
 //!

@@ -429,21 +429,6 @@ impl StreamCore {
         }
     }
 
-    /// The error a reader gets once it has read everything from a peer that disconnected
-    /// without shutting down: the transport's cause if one of our sends failed, else a reset.
-    fn reset(&self, state: &CoreState) -> io::Error {
-        state.transport_error.report().unwrap_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::ConnectionReset,
-                format!(
-                    "connection reset by {}: it disconnected without shutting down the stream \
-                     (no rsockets SHUTDOWN or DISCONNECT arrived), so data it sent may be missing",
-                    self.link.peer_addr()
-                ),
-            )
-        })
-    }
-
     /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
     /// again), or registers `cx` as `waiter` on `side` to be woken (`Pending`).
     fn wait(
@@ -469,8 +454,8 @@ impl StreamCore {
             }
             Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
                 tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
-                // Whatever the peer sent before it disconnected (its SHUTDOWN or DISCONNECT
-                // above all: without one the stream reads as reset) is in the queue by now.
+                // Whatever the peer sent before it disconnected is in the queue by now: handle
+                // all of it first, or a read could see end-of-stream ahead of the last bytes.
                 self.drain(state)?;
                 state.conn.handle_disconnected();
                 self.wake_all();
@@ -538,9 +523,14 @@ impl StreamCore {
             ready!(self.pump(&mut state, cx.as_deref_mut()))?;
             match state.conn.read_status() {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
+                // Our own sends failed (not merely flushed): report that, not end-of-stream.
+                ReadStatus::Eof
+                    if state.transport_error.is_set() && state.conn.is_disconnected() =>
+                {
+                    return Poll::Ready(Err(self.failure(&state, None)));
+                }
                 ReadStatus::Eof => return Poll::Ready(Ok(())),
                 ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
-                ReadStatus::Reset => return Poll::Ready(Err(self.reset(&state))),
                 ReadStatus::Blocked => match cx.as_deref_mut() {
                     Some(cx) => ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?,
                     None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),

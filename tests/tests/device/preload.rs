@@ -1,6 +1,6 @@
 //! Unmodified C programs as peers: curl, socat and ncat, linked against libc sockets, run with
-//! rdma-core's `librspreload.so` in `LD_PRELOAD`: curl and socat as clients of our `RListener`
-//! servers, ncat as the server our `RStream` connects to. Which programs work under
+//! rdma-core's `librspreload.so` in `LD_PRELOAD`: curl, socat and ncat as clients of our
+//! `RListener` servers, ncat also as the server our `RStream` connects to. Which programs work under
 //! librspreload and why the others do not: the README's "Running existing programs against
 //! rdma-async servers".
 //!
@@ -10,7 +10,7 @@
 
 use std::net::SocketAddr;
 
-use rdma_async::stream::RStream;
+use rdma_async::stream::{RListener, RStream};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::preload::{finish_with_input, preloaded, run_on_files};
 use rdma_async_tests::tools::{Tool, example};
@@ -104,33 +104,69 @@ fn socat_args(local: &str, remote: String) -> Vec<String> {
     argv!["-d", "-d", "-t", "60", local, remote]
 }
 
-#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn socat_client_through_our_echo_server() {
-    let listener = rlistener().await;
-    let addr = listener.local_addr().unwrap();
-    // Reads everything until the client's EOF, then sends it back and closes. Not a streaming
-    // echo: socat blocks in a write until all of it is sent, and reads nothing meanwhile, so an
-    // echo that stops reading while its own writes wait could deadlock with it.
-    let echo = tokio::spawn(async move {
-        let (mut stream, _peer) = listener.accept().await.expect("accept socat");
+/// Accepts one client on `listener`, reads everything until its EOF, then sends it back and
+/// closes; returns how many bytes it echoed. Not a streaming echo: socat and ncat block in a
+/// write until all of it is sent, and read nothing meanwhile, so an echo that stops reading
+/// while its own writes wait could deadlock with them.
+fn echo_once(listener: RListener, client: &'static str) -> tokio::task::JoinHandle<usize> {
+    tokio::spawn(async move {
+        let (mut stream, _peer) = listener.accept().await.expect("accept the client");
         let mut received = Vec::new();
         stream
             .read_to_end(&mut received)
             .await
-            .expect("read from socat");
-        stream.write_all(&received).await.expect("echo to socat");
+            .unwrap_or_else(|e| panic!("read from {client}: {e}"));
+        stream
+            .write_all(&received)
+            .await
+            .unwrap_or_else(|e| panic!("echo to {client}: {e}"));
         stream.shutdown().await.expect("shutdown after echo");
         received.len()
-    });
-    let sent = pattern(16, STREAM_DATA);
-    let out = run_on_files("socat", &socat_args("STDIO", format!("TCP4:{addr}")), &sent).await;
+    })
+}
+
+/// Runs `program` with `args` under librspreload as a client of an echo server on
+/// `listener`: what it sent comes back byte for byte.
+async fn client_through_our_echo_server(
+    listener: RListener,
+    program: &'static str,
+    args: &[String],
+    seed: u64,
+) {
+    let echo = echo_once(listener, program);
+    let sent = pattern(seed, STREAM_DATA);
+    let out = run_on_files(program, args, &sent).await;
     assert_eq!(
         guard("echo server", echo).await.unwrap(),
         STREAM_DATA,
-        "bytes our server echoed"
+        "bytes our server echoed to {program}"
     );
-    assert_eq!(out.len(), sent.len(), "bytes socat received");
-    assert!(out == sent, "socat received other bytes than it sent");
+    assert_eq!(out.len(), sent.len(), "bytes {program} received");
+    assert!(out == sent, "{program} received other bytes than it sent");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socat_client_through_our_echo_server() {
+    let listener = rlistener().await;
+    let addr = listener.local_addr().unwrap();
+    let args = socat_args("STDIO", format!("TCP4:{addr}"));
+    client_through_our_echo_server(listener, "socat", &args, 16).await;
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ncat_client_through_our_echo_server() {
+    let listener = rlistener().await;
+    let addr = listener.local_addr().unwrap();
+    // ncat's default engine waits with epoll, which librspreload does not intercept; as a
+    // client it works with `select`. At the end of its input it shuts down writing (our
+    // server's EOF) and reads until we close.
+    let args = argv![
+        "--nsock-engine",
+        "select",
+        addr.ip().to_string(),
+        addr.port()
+    ];
+    client_through_our_echo_server(listener, "ncat", &args, 17).await;
 }
 
 /// The port ncat listens on (examples.rs uses 7480 and 7481).

@@ -273,7 +273,6 @@ pub(crate) enum ReadOutcome {
     Blocked,
     Eof,
     Failed(ProtoError),
-    Reset,
 }
 
 /// Two connected peers and the wires between them (`wires[i]` carries side `i`'s writes).
@@ -553,7 +552,6 @@ impl Pair {
             ReadStatus::Blocked => ReadOutcome::Blocked,
             ReadStatus::Eof => ReadOutcome::Eof,
             ReadStatus::Failed(e) => ReadOutcome::Failed(e),
-            ReadStatus::Reset => ReadOutcome::Reset,
         };
         self.pump_control(side);
         out

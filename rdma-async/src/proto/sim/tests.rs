@@ -245,8 +245,7 @@ fn cm_disconnected_event() {
     pair.sides[0].conn.handle_disconnected();
     assert!(pair.sides[0].conn.is_disconnected());
     assert_eq!(pair.app_write(0, b"x").stopped, Some(WriteError::Closed));
-    // The peer never shut down: not end-of-stream but a reset, as TCP reports an RST.
-    assert_eq!(pair.app_read(0, 1), ReadOutcome::Reset);
+    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
     // close() after a disconnect sends nothing.
     pair.sides[0].conn.close();
     assert_eq!(pair.pump_control(0), 0);
@@ -271,7 +270,7 @@ fn cm_disconnected_event_after_an_orderly_close_is_end_of_stream_after_the_data(
 }
 
 #[test]
-fn cm_disconnected_event_without_a_shutdown_reads_the_data_then_reset() {
+fn cm_disconnected_event_without_a_shutdown_reads_the_data_then_eof() {
     let mut pair = Pair::new(Config::new(), Config::new());
     pair.settle().unwrap();
     assert_eq!(pair.app_write(1, b"partial").written, 7);
@@ -283,7 +282,7 @@ fn cm_disconnected_event_without_a_shutdown_reads_the_data_then_reset() {
         pair.app_read(0, 100),
         ReadOutcome::Data(b"partial".to_vec())
     );
-    assert_eq!(pair.app_read(0, 1), ReadOutcome::Reset);
+    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
 }
 
 #[test]
