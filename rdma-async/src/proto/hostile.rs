@@ -36,6 +36,7 @@ use super::config::{Config, RS_SGL_SIZE};
 use super::conn_data::{CONN_DATA_LEN, ConnData};
 use super::connection::{Connection, LocalLayout, ReadStatus, RecvEvent, TARGET_SGL_BYTES};
 use super::error::{ProtoError, ProtoErrorKind};
+use super::grant_queue::GrantQueue;
 use super::imm::Op;
 use super::plan::{ControlKind, ControlWrite, DataWrite};
 use super::sender::WriteCall;
@@ -108,15 +109,6 @@ impl Input<'_> {
     }
 }
 
-/// A buffer we granted, as the model saw the grant go out.
-#[derive(Debug, Clone, Copy)]
-struct ModelGrant {
-    slot: u32,
-    start: usize,
-    len: usize,
-    filled: usize,
-}
-
 /// A region of our flat memory.
 #[derive(Debug, Clone, Copy)]
 struct Region {
@@ -139,7 +131,7 @@ struct Local {
     /// ring offset `read_pos` (wrapping); the granted and not yet filled bytes are the unfilled
     /// tails of `grants`; every other byte is free.
     read_pos: usize,
-    grants: VecDeque<ModelGrant>,
+    grants: GrantQueue,
     /// Unread bytes of accepted DATA.
     filled: usize,
     /// DATA messages accepted (mod 2^16), and the newest send limit we gave the peer.
@@ -201,7 +193,7 @@ impl Local {
             read_pos: 0,
             data_accepted: 0,
             our_limit: config.credits(),
-            grants: VecDeque::new(),
+            grants: GrantQueue::default(),
             filled: 0,
             error: None,
             outcome: Outcome::default(),
@@ -246,10 +238,6 @@ impl Local {
             "granted [{start}, +{len}) outside the {}-byte receive ring",
             self.rbuf.len
         );
-        assert!(
-            self.grants.iter().all(|g| g.slot != slot),
-            "SGL update overwrote the peer's slot {slot} before the buffer there was filled"
-        );
         let ring = self.rbuf.len;
         let busy = self
             .grants
@@ -263,12 +251,7 @@ impl Local {
                  [{from}, +{n})"
             );
         }
-        self.grants.push_back(ModelGrant {
-            slot,
-            start,
-            len,
-            filled: 0,
-        });
+        self.grants.push(slot as usize, start, len);
     }
 
     /// Model: the core accepted `len` bytes of DATA at ring offset `offset`.
@@ -284,24 +267,7 @@ impl Local {
         if len == 0 {
             return;
         }
-        let Some(g) = self.grants.front_mut() else {
-            panic!("the core accepted {len} bytes of DATA but nothing is granted");
-        };
-        assert_eq!(
-            offset,
-            g.start + g.filled,
-            "DATA accepted at ring offset {offset}, not at the next unfilled byte of the oldest grant"
-        );
-        assert!(
-            g.filled + len <= g.len,
-            "DATA of {len} bytes accepted past its grant ({} of {} filled)",
-            g.filled,
-            g.len
-        );
-        g.filled += len;
-        if g.filled == g.len {
-            self.grants.pop_front();
-        }
+        self.grants.fill(offset, len);
         assert_eq!(
             offset,
             (self.read_pos + self.filled) % self.rbuf.len,

@@ -28,6 +28,8 @@ mod connection;
 mod control;
 mod error;
 #[cfg(any(test, feature = "fuzzing"))]
+mod grant_queue;
+#[cfg(any(test, feature = "fuzzing"))]
 pub(crate) mod hostile;
 mod imm;
 mod plan;

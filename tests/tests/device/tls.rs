@@ -19,6 +19,7 @@ use rdma_async_tests::{guard, rlistener, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
+use tokio_rustls::client::TlsStream;
 use tokio_rustls::rustls::pki_types::ServerName;
 
 /// Serves one TLS connection: echoes what it reads until the client's close, then closes.
@@ -38,6 +39,16 @@ fn server_name() -> ServerName<'static> {
     ServerName::from(test_ip())
 }
 
+/// Connects an `RStream` to `addr` and runs the TLS handshake over it as `cert`'s client.
+async fn tls_connect(cert: &TestCert, addr: SocketAddr) -> std::io::Result<TlsStream<RStream>> {
+    let stream = RStream::connect(addr).await.expect("connect");
+    guard(
+        "TLS handshake",
+        cert.connector().connect(server_name(), stream),
+    )
+    .await
+}
+
 #[rdma_async::test]
 async fn tls_over_rstream_verifies_the_server_and_echoes_one_mebibyte() {
     let cert = TestCert::for_ip(test_ip());
@@ -45,13 +56,9 @@ async fn tls_over_rstream_verifies_the_server_and_echoes_one_mebibyte() {
     let addr: SocketAddr = listener.local_addr().unwrap();
     let server = echo_one(listener, cert.acceptor());
 
-    let stream = RStream::connect(addr).await.unwrap();
-    let tls = guard(
-        "TLS handshake",
-        cert.connector().connect(server_name(), stream),
-    )
-    .await
-    .expect("TLS handshake over RStream");
+    let tls = tls_connect(&cert, addr)
+        .await
+        .expect("TLS handshake over RStream");
     let (_, session) = tls.get_ref();
     assert_eq!(
         session.peer_certificates(),
@@ -90,13 +97,9 @@ async fn a_client_that_does_not_trust_the_certificate_refuses_the_connection() {
     let addr = listener.local_addr().unwrap();
     let server = echo_one(listener, presented.acceptor());
 
-    let stream = RStream::connect(addr).await.unwrap();
-    let err = guard(
-        "TLS handshake",
-        trusted.connector().connect(server_name(), stream),
-    )
-    .await
-    .expect_err("a certificate the client does not trust was accepted");
+    let err = tls_connect(&trusted, addr)
+        .await
+        .expect_err("a certificate the client does not trust was accepted");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData, "{err}");
     assert!(err.to_string().contains("certificate"), "{err}");
     // The server's handshake fails too (the client's alert, or its close).
@@ -155,13 +158,9 @@ async fn hyper_http1_and_http2_over_tls_over_rstream() {
     let server = serve_https(listener, cert.acceptor(), 2);
     let body = pattern(8, 1 << 20);
     let tls_client = || async {
-        let stream = RStream::connect(addr).await.expect("connect");
-        guard(
-            "TLS handshake",
-            cert.connector().connect(server_name(), stream),
-        )
-        .await
-        .expect("TLS handshake over RStream")
+        tls_connect(&cert, addr)
+            .await
+            .expect("TLS handshake over RStream")
     };
 
     // HTTP/1.1 on one TLS connection: two requests, the second with a 1 MiB body.

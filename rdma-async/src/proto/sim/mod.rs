@@ -25,6 +25,7 @@ mod tests;
 
 use std::collections::{HashMap, VecDeque};
 
+use crate::proto::grant_queue::GrantQueue;
 use crate::proto::{
     Config, ConnData, Connection, ControlKind, ControlWrite, CtrlCode, DataWrite, LocalLayout,
     ProtoError, RS_SGL_SIZE, ReadStatus, RecvEvent, RsSge, TARGET_SGL_BYTES, WriteCall, WriteError,
@@ -45,15 +46,6 @@ enum ByteState {
     Granted,
     /// Written by the peer and not yet consumed by the application.
     Filled,
-}
-
-/// A buffer this side's receive ring granted to the peer (as the simulator saw it land).
-#[derive(Debug, Clone, Copy)]
-struct SimGrant {
-    slot: usize,
-    start: usize,
-    len: usize,
-    filled: usize,
 }
 
 /// A completion queue entry.
@@ -86,7 +78,7 @@ pub(crate) struct SimSide {
     sbuf_of_wr: HashMap<u64, Vec<(usize, usize)>>,
     rbuf: Vec<u8>,
     rbuf_state: Vec<ByteState>,
-    grants: VecDeque<SimGrant>,
+    grants: GrantQueue,
     tsgl: Vec<u8>,
     cq: VecDeque<Cqe>,
     recv_posted: u32,
@@ -114,7 +106,7 @@ impl SimSide {
             sbuf_of_wr: HashMap::new(),
             rbuf: vec![0; c.rbuf_size() as usize],
             rbuf_state: vec![ByteState::Free; c.rbuf_size() as usize],
-            grants: VecDeque::new(),
+            grants: GrantQueue::default(),
             tsgl: vec![0; TARGET_SGL_BYTES],
             cq: VecDeque::new(),
             recv_posted: c.rq_size(),
@@ -134,13 +126,7 @@ impl SimSide {
             start + len,
             self.rbuf.len()
         );
-        if let Some(g) = self.grants.iter().find(|g| g.slot == slot) {
-            panic!(
-                "SGL update overwrote the peer's slot {slot} while the buffer granted there \
-                 (offset {}, {} of {} bytes filled) was not completely filled",
-                g.start, g.filled, g.len
-            );
-        }
+        self.grants.push(slot, start, len);
         for (i, st) in self.rbuf_state[start..start + len].iter_mut().enumerate() {
             assert_eq!(
                 *st,
@@ -150,36 +136,12 @@ impl SimSide {
             );
             *st = ByteState::Granted;
         }
-        self.grants.push_back(SimGrant {
-            slot,
-            start,
-            len,
-            filled: 0,
-        });
     }
 
     /// A data write of `len` bytes at ring offset `start` arrives from the peer.
     fn land_data(&mut self, start: usize, payload: &[u8]) {
         let len = payload.len();
-        let Some(g) = self.grants.front_mut() else {
-            panic!("data write of {len} bytes at offset {start} but nothing is granted");
-        };
-        assert_eq!(
-            start,
-            g.start + g.filled,
-            "data must land at the next unfilled byte of the oldest grant"
-        );
-        assert!(
-            g.filled + len <= g.len,
-            "data write of {len} bytes overruns the grant (offset {}, {} of {} filled)",
-            g.start,
-            g.filled,
-            g.len
-        );
-        g.filled += len;
-        if g.filled == g.len {
-            self.grants.pop_front();
-        }
+        self.grants.fill(start, len);
         for (i, st) in self.rbuf_state[start..start + len].iter_mut().enumerate() {
             assert_eq!(
                 *st,
