@@ -24,6 +24,7 @@ use super::params::{ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DAT
 use super::reject_reason::reject_with_reason;
 use super::request::ConnectRequest;
 use super::resolve::connect_each;
+use crate::device::DeviceContext;
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
 
 /// The default bound on an accept (see `accept_timeout` in [`dial_setters`]).
@@ -51,6 +52,10 @@ pub(crate) struct DialOptions {
     pub(crate) accept_timeout: Duration,
     /// `rdma_set_option` options of the id.
     pub(crate) id: IdOptions,
+    /// The device context to work in; the device's shared one when `None`.
+    pub(crate) context: Option<DeviceContext>,
+    /// Whether each connection gets a context (protection domain) of its own.
+    pub(crate) isolated: bool,
 }
 
 impl Default for DialOptions {
@@ -61,7 +66,20 @@ impl Default for DialOptions {
             connect_timeout: None,
             accept_timeout: DEFAULT_ACCEPT_TIMEOUT,
             id: IdOptions::default(),
+            context: None,
+            isolated: false,
         }
+    }
+}
+
+impl DialOptions {
+    /// The context a connection on `id` works in: the chosen one, checked to be on `id`'s
+    /// device, or that device's shared one.
+    pub(crate) fn context_for(&self, id: &Arc<CmId>) -> io::Result<DeviceContext> {
+        if self.isolated && self.context.is_none() {
+            return DeviceContext::isolated(id);
+        }
+        DeviceContext::resolve(self.context.as_ref(), id)
     }
 }
 
@@ -94,6 +112,27 @@ macro_rules! dial_setters {
         /// The local address to connect from.
         pub fn bind(mut self, addr: std::net::SocketAddr) -> Self {
             self.dial.bind = Some(addr);
+            self
+        }
+
+        /// The device context to work in (its protection domain; see
+        /// [`DeviceContext`](crate::device::DeviceContext)): regions registered through it can
+        /// be used on the connection. By default the shared context of the device the route
+        /// goes through. A context of another device than the route's fails the connect or
+        /// accept with `InvalidInput` before anything is sent.
+        pub fn context(mut self, context: $crate::device::DeviceContext) -> Self {
+            self.dial.context = Some(context);
+            self
+        }
+
+        /// Gives each connection a device context (protection domain) of its own, instead of
+        /// the device's shared one: a remote key then works on that connection only, so a peer
+        /// cannot reach memory advertised to another peer even if it learns or guesses its key.
+        /// Use it for servers whose clients do not trust each other; it costs one protection
+        /// domain per connection, and regions must be registered through the connection's own
+        /// context. Ignored when [`context`](Self::context) names one.
+        pub fn isolated_context(mut self, isolated: bool) -> Self {
+            self.dial.isolated = isolated;
             self
         }
 

@@ -17,7 +17,7 @@ use super::peers::Route;
 use super::sidr::{expect, resolve_addr, udp_id};
 use crate::cm::{CmEvents, IdOptions};
 use crate::error;
-use crate::verbs::{AddressHandle, CmId, ProtectionDomain, UdQueuePair};
+use crate::verbs::{AddressHandles, CmId, UdQueuePair};
 
 /// A joined group: its id (leaving destroys it) and the route for sending to it.
 #[derive(Debug)]
@@ -36,7 +36,7 @@ pub(crate) async fn join(
     group: IpAddr,
     timeout: Duration,
     options: &IdOptions,
-    pd: &Arc<ProtectionDomain>,
+    handles: &AddressHandles,
     qp: &UdQueuePair,
 ) -> io::Result<Membership> {
     if !group.is_multicast() {
@@ -57,7 +57,7 @@ pub(crate) async fn join(
     let ud = event
         .ud
         .ok_or_else(|| io::Error::other(format!("joining {group} reported no address handle")))?;
-    let ah = AddressHandle::new(pd.clone(), &ud.ah_attr)?;
+    let ah = handles.create(&ud.ah_attr)?;
     let (gid, lid) = (ud.ah_attr.dgid(), ud.ah_attr.dlid());
     if let Err(e) = qp.attach_mcast(gid, lid) {
         let _ = id.leave_multicast(group);

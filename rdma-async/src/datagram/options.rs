@@ -1,5 +1,6 @@
 //! Sizes and timeouts of an [`RDatagram`](super::RDatagram).
 
+use crate::device::DeviceContext;
 use std::io;
 use std::time::Duration;
 
@@ -19,6 +20,7 @@ pub struct RDatagramOptions {
     pub(crate) busy_poll: Duration,
     pub(crate) id: IdOptions,
     pub(crate) max_peers: usize,
+    pub(crate) context: Option<DeviceContext>,
 }
 
 /// The default of [`RDatagramOptions::max_peers`].
@@ -34,6 +36,7 @@ impl Default for RDatagramOptions {
             busy_poll: Duration::from_micros(10),
             id: IdOptions::default(),
             max_peers: DEFAULT_MAX_PEERS,
+            context: None,
         }
     }
 }
@@ -102,6 +105,14 @@ impl RDatagramOptions {
     /// `max_peers + send_depth` address handles, plus one per group joined.
     pub fn max_peers(mut self, n: usize) -> Self {
         self.max_peers = n.max(1);
+        self
+    }
+
+    /// The device context to work in (see [`DeviceContext`]): by default the shared context of
+    /// the device the bound address is on. A context of another device than the bound
+    /// address's fails the bind with `InvalidInput`.
+    pub fn context(mut self, context: DeviceContext) -> Self {
+        self.context = Some(context);
         self
     }
 

@@ -1,5 +1,6 @@
 //! `RDatagram`: a UD queue pair on a bound rdma_cm id, used like `tokio::net::UdpSocket`.
 
+use crate::device::DeviceContext;
 use std::collections::HashMap;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -23,7 +24,7 @@ use crate::cm::resolve::{each_addr, resolve};
 use crate::error;
 use crate::reactor::{AsyncCq, SlotQueue, Slots};
 use crate::verbs::{
-    AddressHandle, GRH_LEN, ProtectionDomain, UdCaps, UdParam, UdQueuePair, UdSend, WcStatus,
+    AddressHandle, AddressHandles, GRH_LEN, UdCaps, UdParam, UdQueuePair, UdSend, WcStatus,
     WorkCompletion, port_mtu,
 };
 
@@ -71,7 +72,8 @@ pub struct RDatagram {
     /// route's address handle lives on in the send slots that still name it.
     routes: Mutex<LruMap<SocketAddr, RouteSlot>>,
     groups: Mutex<HashMap<IpAddr, Membership>>,
-    pd: Arc<ProtectionDomain>,
+    /// The socket's address handles, on its device context's protection domain.
+    handles: AddressHandles,
     shared: Arc<ResponderShared>,
     peer: Mutex<Option<SocketAddr>>,
     local: SocketAddr,
@@ -151,7 +153,9 @@ impl RDatagram {
         let (send_bytes, recv_bytes) =
             sizes().ok_or_else(|| error::invalid_input("datagram buffer sizes overflow"))?;
 
-        let pd = Arc::new(ProtectionDomain::new(id.clone())?);
+        let pd = DeviceContext::resolve(opts.context.as_ref(), &id)?
+            .pd()
+            .clone();
         let async_send_cq = AsyncCq::create(&id, opts.send_depth, opts.busy_poll)?;
         let async_recv_cq = AsyncCq::create(&id, opts.recv_depth, opts.busy_poll)?;
         let (send_cq, recv_cq) = (async_send_cq.queue(), async_recv_cq.queue());
@@ -161,7 +165,13 @@ impl RDatagram {
             send_bytes,
             recv_bytes,
         };
-        let qp = UdQueuePair::new(pd.clone(), send_cq.clone(), recv_cq.clone(), caps)?;
+        let qp = UdQueuePair::new(
+            id.clone(),
+            pd.clone(),
+            send_cq.clone(),
+            recv_cq.clone(),
+            caps,
+        )?;
         for slot in 0..recv_depth {
             qp.post_recv(slot as u64, slot * slot_len, slot_len)?;
         }
@@ -186,7 +196,7 @@ impl RDatagram {
             groups: Mutex::default(),
             port_num: id.port_num(),
             qp,
-            pd,
+            handles: AddressHandles::new(pd),
             shared,
             peer: Mutex::new(None),
             local,
@@ -197,6 +207,11 @@ impl RDatagram {
             id_options: opts.id.clone(),
             responder,
         })
+    }
+
+    /// The device context the socket works in.
+    pub fn context(&self) -> DeviceContext {
+        DeviceContext::from_pd(self.handles.pd().clone())
     }
 
     /// The address the socket is bound to, with the port it got.
@@ -487,7 +502,7 @@ impl RDatagram {
             group,
             self.resolve_timeout,
             &self.id_options,
-            &self.pd,
+            &self.handles,
             &self.qp,
         )
         .await?;
@@ -590,7 +605,7 @@ impl RDatagram {
         PeerTables {
             routes: lock(&self.routes).len(),
             senders: self.shared.sources().len(),
-            address_handles: self.pd.address_handles(),
+            address_handles: self.handles.live(),
         }
     }
 
@@ -621,7 +636,7 @@ impl RDatagram {
 
     async fn resolve_route(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
         let (ud, peer_hello) = self.ask_peer(target).await?;
-        let ah = AddressHandle::new(self.pd.clone(), &ud.ah_attr)?;
+        let ah = self.handles.create(&ud.ah_attr)?;
         match peer_hello {
             // The peer numbers its datagrams to us from now on (it learned us from our request).
             Some(hello) => self
@@ -797,7 +812,7 @@ impl RDatagram {
             }
             routes.get_or_insert_with(from, RouteSlot::default).clone()
         };
-        match AddressHandle::reply_to(self.pd.clone(), wc, header, self.port_num) {
+        match self.handles.reply_to(wc, header, self.port_num) {
             Ok(ah) => {
                 let route = Route::new(ah, wc.src_qp, self.qp.qkey(), sequenced);
                 // Fails only when a resolution of the same peer is under way: it wins.

@@ -8,6 +8,10 @@ use rdma_async_sys as sys;
 
 use crate::verbs::DeviceList;
 
+mod context;
+
+pub use context::DeviceContext;
+
 /// An RDMA device, as `ibv_devices` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {

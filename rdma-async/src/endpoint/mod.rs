@@ -19,8 +19,8 @@ use crate::cm::link::CmLink;
 use crate::error::{self, wc_error};
 use crate::reactor::{AsyncCq, SlotQueue, Slots};
 use crate::verbs::{
-    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, ProtectionDomain, QpCaps,
-    RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer, Segment,
+    WcStatus, WorkCompletion, WorkRequest,
 };
 
 mod options;
@@ -60,7 +60,7 @@ struct EndpointParts {
 
 fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
     let max = opts.max_message_size;
-    let pd = Arc::new(ProtectionDomain::new(id.clone())?);
+    let pd = opts.dial.context_for(id)?.pd().clone();
     let async_send_cq = AsyncCq::create(id, opts.send_depth, opts.busy_poll)?;
     let async_recv_cq = AsyncCq::create(id, opts.recv_depth, opts.busy_poll)?;
     let (send_cq, recv_cq) = (async_send_cq.queue(), async_recv_cq.queue());
@@ -81,6 +81,7 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
         max_send_sge: 1,
     };
     let qp = OwnedBufferQueuePair::new(
+        id.clone(),
         pd,
         send_cq.clone(),
         recv_cq.clone(),

@@ -12,18 +12,18 @@ use tokio::net::ToSocketAddrs;
 
 use super::completion_task::{ConnParts, ConnShared, lost_buffer, run_completion_task};
 use super::options::RdmaOptions;
-use super::region::bytes_mut_to_vec;
 use super::region::sealed::Carried;
-use super::region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, adopt, allocate};
+use super::region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, foreign_region};
 use super::remote::RemoteSlice;
 use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
+use crate::device::DeviceContext;
 use crate::error::{self, completion_error, wc_error};
 use crate::reactor::AsyncCq;
 use crate::verbs::{
-    Access, CallerMemoryQueuePair, CmId, Held, IdDevice, InFlightTable, Opcode, ProtectionDomain,
-    QpCaps, Segment, WcStatus, WorkCompletion, WorkQueue,
+    CallerMemoryQueuePair, CmId, Held, IdDevice, InFlightTable, Opcode, QpCaps, Segment, WcStatus,
+    WorkCompletion, WorkQueue,
 };
 
 /// What a receive delivered.
@@ -130,16 +130,28 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
     let (pd, srq_depth) = match &opts.srq {
         Some(srq) => {
             let pd = srq.inner.pd.clone();
-            if pd.id().verbs()? != id.verbs()? {
+            if !pd.is_device_of(id)? {
                 return Err(error::invalid_input(format!(
-                    "the shared receive queue is on another RDMA device than the connection \
-                     ({})",
+                    "the shared receive queue is on RDMA device {}, but the connection goes \
+                     through {}",
+                    pd.device_name(),
                     device.name
                 )));
             }
+            if opts
+                .dial
+                .context
+                .as_ref()
+                .is_some_and(|c| !Arc::ptr_eq(c.pd(), &pd))
+            {
+                return Err(error::invalid_input(
+                    "the shared receive queue belongs to another device context than the one \
+                     the options name",
+                ));
+            }
             (pd, srq.inner.depth)
         }
-        None => (Arc::new(ProtectionDomain::new(id.clone())?), 0),
+        None => (opts.dial.context_for(id)?.pd().clone(), 0),
     };
     // The completion queue has room for this connection's work requests and, with a shared
     // receive queue, for every receive of that queue (any of them may complete here).
@@ -150,7 +162,7 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
     let caps = QpCaps {
         max_send_wr: opts.send_depth,
         max_recv_wr: opts.recv_depth,
-        max_inline_data: 0,
+        max_inline_data: opts.max_inline,
         max_send_sge: opts.max_send_sge,
     };
     let qp = CallerMemoryQueuePair::new(
@@ -346,6 +358,17 @@ impl RdmaConnection {
         self.shared.qp.qp_num()
     }
 
+    /// Sends and writes of up to this many bytes go inline: [`RdmaOptions::max_inline`],
+    /// capped by what the device granted.
+    pub fn max_inline(&self) -> u32 {
+        self.shared.qp.inline_limit()
+    }
+
+    /// How many sends and writes of this connection went out inline.
+    pub fn inline_sends(&self) -> u64 {
+        self.shared.qp.inline_posts()
+    }
+
     /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
     /// id option reached it.
     ///
@@ -410,50 +433,48 @@ impl RdmaConnection {
 
     // ---- memory -------------------------------------------------------------------------
 
+    /// The device context the connection works in: regions registered through it (or through
+    /// any connection of it) can be used here.
+    pub fn context(&self) -> DeviceContext {
+        DeviceContext::from_pd(self.shared.pd.clone())
+    }
+
     /// Allocates `len` zeroed, page-aligned bytes for sends, receives and the local side of
-    /// RDMA operations, with no remote access (`rdma_reg_msgs`).
+    /// RDMA operations, with no remote access (`rdma_reg_msgs`), in the connection's
+    /// [context](Self::context).
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for 0 or more than `u32::MAX` bytes; the OS error of `ibv_reg_mr`
-    /// (`OutOfMemory` when the locked-memory limit is reached).
+    /// As [`DeviceContext::reg_msgs`].
     pub fn reg_msgs(&self, len: usize) -> io::Result<LocalRegion> {
-        Ok(LocalRegion::new(allocate(
-            &self.shared.pd,
-            len,
-            Access::default(),
-        )?))
+        self.context().reg_msgs(len)
     }
 
     /// Allocates `len` bytes the peer may RDMA-read (`rdma_reg_read`).
     ///
     /// # Errors
     ///
-    /// As [`Self::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
     pub fn reg_read(&self, len: usize) -> io::Result<SharedRegion> {
-        self.reg_shared(len, RemoteAccess::READ)
+        self.context().reg_read(len)
     }
 
     /// Allocates `len` bytes the peer may RDMA-write (`rdma_reg_write`).
     ///
     /// # Errors
     ///
-    /// As [`Self::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
     pub fn reg_write(&self, len: usize) -> io::Result<SharedRegion> {
-        self.reg_shared(len, RemoteAccess::WRITE)
+        self.context().reg_write(len)
     }
 
     /// Allocates `len` bytes with the given remote access.
     ///
     /// # Errors
     ///
-    /// As [`Self::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
     pub fn reg_shared(&self, len: usize, access: RemoteAccess) -> io::Result<SharedRegion> {
-        Ok(SharedRegion::new(allocate(
-            &self.shared.pd,
-            len,
-            access.access(),
-        )?))
+        self.context().reg_shared(len, access)
     }
 
     /// Registers `bytes` (its length, not its spare capacity), taking ownership until
@@ -461,30 +482,22 @@ impl RdmaConnection {
     ///
     /// # Errors
     ///
-    /// As [`Self::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
     pub fn register(&self, bytes: Vec<u8>) -> io::Result<LocalRegion> {
-        Ok(LocalRegion::new(adopt(
-            &self.shared.pd,
-            bytes,
-            Access::default(),
-        )?))
+        self.context().register(bytes)
     }
 
     /// Registers `bytes` for remote access, taking ownership until [`SharedRegion::into_vec`].
     ///
     /// # Errors
     ///
-    /// As [`Self::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
     pub fn register_shared(
         &self,
         bytes: Vec<u8>,
         access: RemoteAccess,
     ) -> io::Result<SharedRegion> {
-        Ok(SharedRegion::new(adopt(
-            &self.shared.pd,
-            bytes,
-            access.access(),
-        )?))
+        self.context().register_shared(bytes, access)
     }
 
     /// Registers the bytes of a `BytesMut` (without a copy when it is the only owner of its
@@ -492,20 +505,19 @@ impl RdmaConnection {
     ///
     /// # Errors
     ///
-    /// As [`Self::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
     pub fn register_bytes_mut(&self, bytes: BytesMut) -> io::Result<LocalRegion> {
-        self.register(bytes_mut_to_vec(bytes))
+        self.context().register_bytes_mut(bytes)
     }
 
     // ---- operations ---------------------------------------------------------------------
 
     fn own<B: RegisteredBytes>(&self, buf: &B) -> io::Result<()> {
-        if Arc::ptr_eq(buf.user().0.registered().pd(), &self.shared.pd) {
+        let pd = buf.user().0.registered().pd();
+        if Arc::ptr_eq(pd, &self.shared.pd) {
             Ok(())
         } else {
-            Err(error::invalid_input(
-                "the region is registered with another connection's protection domain",
-            ))
+            Err(foreign_region(pd, &self.shared.pd))
         }
     }
 
@@ -614,7 +626,7 @@ impl RdmaConnection {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a range outside the region or a region of another connection;
+    /// `InvalidInput` for a range outside the region or a region of another device context;
     /// `BrokenPipe` once the connection is closed; `TimedOut` when the peer never posted a
     /// receive or is unreachable (after the retry counts of [`crate::cm::ConnParams`]).
     ///

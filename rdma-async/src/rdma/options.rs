@@ -17,6 +17,7 @@ pub struct RdmaOptions {
     pub(crate) recv_depth: u32,
     pub(crate) max_send_sge: u32,
     pub(crate) max_recv_sge: u32,
+    pub(crate) max_inline: u32,
     pub(crate) busy_poll: Duration,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) dial: DialOptions,
@@ -31,6 +32,7 @@ impl Default for RdmaOptions {
             recv_depth: 64,
             max_send_sge: 4,
             max_recv_sge: 4,
+            max_inline: 64,
             busy_poll: Duration::from_micros(10),
             keepalive: None,
             dial: DialOptions::default(),
@@ -44,7 +46,7 @@ impl Default for RdmaOptions {
 
 impl RdmaOptions {
     /// The defaults: 64 send-queue and 64 receive operations in flight, 4 scatter/gather
-    /// segments each, 16 RDMA reads/atomics outstanding each way (capped by the peer and the
+    /// segments each, sends and writes of up to 64 bytes inline, 16 RDMA reads/atomics outstanding each way (capped by the peer and the
     /// device), 10 µs busy-poll, 2 s resolution timeouts.
     pub fn new() -> Self {
         Self::default()
@@ -71,6 +73,17 @@ impl RdmaOptions {
     /// Segments of a vectored receive (at most 16).
     pub fn max_recv_sge(mut self, n: u32) -> Self {
         self.max_recv_sge = n.clamp(1, MAX_SEGMENTS as u32);
+        self
+    }
+
+    /// Sends and writes of up to `bytes` (in all their segments) are copied into the work
+    /// request when posted (`IBV_SEND_INLINE`), sparing the device a DMA read of the region:
+    /// lower latency for small messages. The device may grant less
+    /// ([`RdmaConnection::max_inline`](super::RdmaConnection::max_inline) says what it got);
+    /// 0 turns it off.
+    /// The region is still the operation's until it completes.
+    pub fn max_inline(mut self, bytes: u32) -> Self {
+        self.max_inline = bytes;
         self
     }
 

@@ -131,6 +131,23 @@ pub(crate) fn adopt(
     )?))
 }
 
+/// The error for a region of protection domain `region` used where `target` is needed.
+pub(crate) fn foreign_region(region: &ProtectionDomain, target: &ProtectionDomain) -> io::Error {
+    if region.context() == target.context() {
+        error::invalid_input(format!(
+            "the region is registered in another device context (protection domain) of RDMA \
+             device {} than this one's; register it through the same DeviceContext",
+            target.device_name()
+        ))
+    } else {
+        error::invalid_input(format!(
+            "the region is registered on RDMA device {}, but this is on {}",
+            region.device_name(),
+            target.device_name()
+        ))
+    }
+}
+
 /// `BytesMut` → `Vec<u8>` without a copy when the `BytesMut` is the only owner of its memory.
 pub(crate) fn bytes_mut_to_vec(bytes: BytesMut) -> Vec<u8> {
     Vec::from(bytes)

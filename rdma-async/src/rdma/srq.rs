@@ -1,7 +1,7 @@
 //! [`SharedReceiveQueue`]: one pool of posted receives that many connections consume.
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
@@ -10,11 +10,9 @@ use tokio::sync::Semaphore;
 use super::completion_task::{lost_buffer, post_and_wait};
 use super::connection::{Received, span};
 use super::region::sealed::Carried;
-use super::region::{LocalRegion, RegisteredBytes, adopt, allocate};
-use crate::error;
-use crate::verbs::{
-    Access, CmId, EventChannel, Held, PortSpace, ProtectionDomain, Segment, SharedRecvQueue,
-};
+use super::region::{LocalRegion, RegisteredBytes, foreign_region};
+use crate::device::DeviceContext;
+use crate::verbs::{Held, ProtectionDomain, Segment, SharedRecvQueue};
 
 /// A shared receive queue (`ibv_srq`): receives posted here are consumed by the sends of any
 /// connection created with [`super::RdmaOptions::shared_receive_queue`], so a server with many
@@ -56,17 +54,26 @@ pub(super) struct SrqInner {
 
 impl SharedReceiveQueue {
     /// Creates a queue of `depth` receives on the RDMA device that carries `local` (the address
-    /// the connections will use), with up to 4 scatter entries per receive.
+    /// the connections will use), in that device's shared [`DeviceContext`], with up to 4
+    /// scatter entries per receive.
     ///
     /// # Errors
     ///
-    /// `AddrNotAvailable` when `local` is not on an RDMA device; the OS error of
-    /// `ibv_create_srq` (e.g. a depth beyond the device's `max_srq_wr`).
+    /// `AddrNotAvailable` when `local` is not an address of this host, `NotFound` when it is
+    /// not on an RDMA device; the OS error of `ibv_create_srq` (e.g. a depth beyond the
+    /// device's `max_srq_wr`).
     pub fn new(local: IpAddr, depth: u32) -> io::Result<Self> {
-        let id = CmId::new(Arc::new(EventChannel::new()?), PortSpace::Tcp)?;
-        // Port 0: any free port; binding only picks the device.
-        id.bind_addr(SocketAddr::new(local, 0))?;
-        let pd = Arc::new(ProtectionDomain::new(Arc::new(id))?);
+        Self::in_context(&DeviceContext::for_local_addr(local)?, depth)
+    }
+
+    /// Creates a queue of `depth` receives in `context`; the connections that use it must work
+    /// in the same context ([`RdmaOptions::context`](super::RdmaOptions::context)).
+    ///
+    /// # Errors
+    ///
+    /// The OS error of `ibv_create_srq` (e.g. a depth beyond the device's `max_srq_wr`).
+    pub fn in_context(context: &DeviceContext, depth: u32) -> io::Result<Self> {
+        let pd = context.pd().clone();
         let srq = Arc::new(SharedRecvQueue::new(pd.clone(), depth, 4)?);
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
@@ -78,30 +85,27 @@ impl SharedReceiveQueue {
         })
     }
 
-    /// Allocates `len` zeroed bytes for receives (as [`super::RdmaConnection::reg_msgs`]).
-    ///
-    /// # Errors
-    ///
-    /// As [`super::RdmaConnection::reg_msgs`].
-    pub fn reg_msgs(&self, len: usize) -> io::Result<LocalRegion> {
-        Ok(LocalRegion::new(allocate(
-            &self.inner.pd,
-            len,
-            Access::default(),
-        )?))
+    /// The device context of the queue.
+    pub fn context(&self) -> DeviceContext {
+        DeviceContext::from_pd(self.inner.pd.clone())
     }
 
-    /// Registers `bytes`, taking ownership (as [`super::RdmaConnection::register`]).
+    /// Allocates `len` zeroed bytes for receives (as [`DeviceContext::reg_msgs`]).
     ///
     /// # Errors
     ///
-    /// As [`super::RdmaConnection::reg_msgs`].
+    /// As [`DeviceContext::reg_msgs`].
+    pub fn reg_msgs(&self, len: usize) -> io::Result<LocalRegion> {
+        self.context().reg_msgs(len)
+    }
+
+    /// Registers `bytes`, taking ownership (as [`DeviceContext::register`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`DeviceContext::reg_msgs`].
     pub fn register(&self, bytes: Vec<u8>) -> io::Result<LocalRegion> {
-        Ok(LocalRegion::new(adopt(
-            &self.inner.pd,
-            bytes,
-            Access::default(),
-        )?))
+        self.context().register(bytes)
     }
 
     /// Posts a receive into `range` of `buf` and waits for a message from any connection on the
@@ -109,7 +113,7 @@ impl SharedReceiveQueue {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for a bad range or a region of another protection domain; `InvalidData`
+    /// `InvalidInput` for a bad range or a region of another device context; `InvalidData`
     /// when the message is longer than the range.
     ///
     /// # Cancel safety
@@ -126,11 +130,9 @@ impl SharedReceiveQueue {
             Ok(s) => s,
             Err(e) => return (Err(e), buf),
         };
-        if !Arc::ptr_eq(buf.user().0.registered().pd(), &self.inner.pd) {
-            let e = error::invalid_input(
-                "the region is registered with another protection domain than the queue's",
-            );
-            return (Err(e), buf);
+        let pd = buf.user().0.registered().pd();
+        if !Arc::ptr_eq(pd, &self.inner.pd) {
+            return (Err(foreign_region(pd, &self.inner.pd)), buf);
         }
         let segments = [Segment {
             buffer: 0,

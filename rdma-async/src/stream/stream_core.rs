@@ -37,8 +37,8 @@ use crate::proto::{
 };
 use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
-    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, ProtectionDomain, QpCaps,
-    RegisteredBuffer, Segment, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer, Segment,
+    WcStatus, WorkCompletion, WorkRequest,
 };
 
 /// The queue pair's buffers, by index.
@@ -68,7 +68,7 @@ pub(super) fn build(
     opts: &RStreamOptions,
 ) -> io::Result<(StreamParts, Option<Vec<u8>>)> {
     let config = opts.config();
-    let pd = Arc::new(ProtectionDomain::new(id.clone())?);
+    let pd = opts.dial.context_for(id)?.pd().clone();
     let async_cq = AsyncCq::create(id, config.sq_size() + config.rq_size(), opts.busy_poll)?;
     let cq = async_cq.queue();
     let remote_write = Access {
@@ -92,6 +92,7 @@ pub(super) fn build(
         max_send_sge: 2,
     };
     let qp = OwnedBufferQueuePair::new(
+        id.clone(),
         pd,
         cq.clone(),
         cq.clone(),

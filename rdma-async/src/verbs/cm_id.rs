@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
+use super::device_attr::device_name;
 use super::event_channel::{EventChannel, IncomingId};
 use super::protection_domain::ProtectionDomain;
 use super::resource_limits::{
@@ -169,6 +170,14 @@ impl CmId {
         pd: &ProtectionDomain,
         attr: &mut sys::ibv_qp_init_attr,
     ) -> io::Result<u32> {
+        let device = self.verbs()?;
+        if pd.context() != device {
+            return Err(error::invalid_input(format!(
+                "the protection domain is on RDMA device {}, but the connection goes through {}",
+                pd.device_name(),
+                device_name(device)
+            )));
+        }
         let (send_wr, recv_wr) = (attr.cap.max_send_wr, attr.cap.max_recv_wr);
         let failed = injected_failure(Resource::QueuePair).or_else(|| {
             // SAFETY: the id and `pd` are live; the caller vouches for the queues in `attr`.

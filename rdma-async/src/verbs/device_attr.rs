@@ -55,7 +55,7 @@ pub(crate) fn query_port(
 }
 
 /// The name of a context's device (`ibv_get_device_name`).
-pub(super) fn device_name(ctx: NonNull<sys::ibv_context>) -> String {
+pub(crate) fn device_name(ctx: NonNull<sys::ibv_context>) -> String {
     // SAFETY: a live context points at its live device.
     let dev = unsafe { (*ctx.as_ptr()).device };
     // SAFETY: ibv_get_device_name returns NULL or a NUL-terminated string inside the device.

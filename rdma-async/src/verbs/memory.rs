@@ -108,7 +108,7 @@ unsafe fn register(
             Ok(mr)
         }
         Err(errno) => {
-            let device = pd.id().verbs().ok().and_then(DeviceLimits::of);
+            let device = DeviceLimits::of(pd.context());
             Err(registration_error(
                 len,
                 errno,

@@ -9,6 +9,7 @@
 
 mod address_handle;
 mod async_fd;
+mod cm_devices;
 mod cm_id;
 mod comp_queue;
 mod device_attr;
@@ -29,8 +30,9 @@ mod sockaddr;
 mod ud_queue_pair;
 mod work;
 
-pub(crate) use address_handle::{AddressHandle, GRH_LEN};
+pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
 pub(crate) use async_fd::register_readable;
+pub(crate) use cm_devices::CmDevices;
 pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
 pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use device_attr::IdDevice;

@@ -3,23 +3,31 @@
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rdma_async_sys as sys;
 
+use super::cm_devices::CmDevices;
 use super::cm_id::CmId;
+use super::device_attr::device_name;
 use crate::error;
 
-/// An owned protection domain on the device of an rdma_cm id.
+/// An owned protection domain on one device context of librdmacm.
 ///
-/// It holds the id it was created from: librdmacm keeps a device's verbs context open while an
-/// id refers to it, so the context outlives the domain.
+/// It holds what keeps that context open (librdmacm closes a device when nothing refers to it):
+/// the id it was created from, or the `rdma_get_devices` list it was found in.
 #[derive(Debug)]
 pub(crate) struct ProtectionDomain {
     raw: NonNull<sys::ibv_pd>,
-    id: Arc<CmId>,
-    /// Live address handles on the domain (they bound a datagram socket's device resources).
-    address_handles: AtomicUsize,
+    context: NonNull<sys::ibv_context>,
+    device: String,
+    _keeper: ContextKeeper,
+}
+
+/// What holds a protection domain's device context open.
+#[derive(Debug)]
+enum ContextKeeper {
+    Id(#[allow(dead_code)] Arc<CmId>),
+    Devices(#[allow(dead_code)] Arc<CmDevices>),
 }
 
 // SAFETY: libibverbs objects may be used from any thread.
@@ -28,16 +36,35 @@ unsafe impl Send for ProtectionDomain {}
 unsafe impl Sync for ProtectionDomain {}
 
 impl ProtectionDomain {
-    /// Allocates a protection domain on the device `id` is bound to.
+    /// Allocates a protection domain on the device `id` is bound to, keeping `id` alive.
     pub(crate) fn new(id: Arc<CmId>) -> io::Result<Self> {
         let ctx = id.verbs()?;
-        // SAFETY: `ctx` is the live verbs context of a live id.
+        Self::alloc(ctx, ContextKeeper::Id(id))
+    }
+
+    /// Allocates a protection domain on `ctx`, one of the contexts of `devices`.
+    pub(crate) fn on_device(
+        devices: Arc<CmDevices>,
+        ctx: NonNull<sys::ibv_context>,
+    ) -> io::Result<Self> {
+        if !devices.holds(ctx) {
+            return Err(error::no_device(format!(
+                "device {} is not among librdmacm's devices",
+                device_name(ctx)
+            )));
+        }
+        Self::alloc(ctx, ContextKeeper::Devices(devices))
+    }
+
+    fn alloc(ctx: NonNull<sys::ibv_context>, keeper: ContextKeeper) -> io::Result<Self> {
+        // SAFETY: `ctx` is a live verbs context, held open by `keeper` for the domain's life.
         let raw = unsafe { sys::ibv_alloc_pd(ctx.as_ptr()) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_alloc_pd"))?;
         Ok(ProtectionDomain {
             raw,
-            id,
-            address_handles: AtomicUsize::new(0),
+            context: ctx,
+            device: device_name(ctx),
+            _keeper: keeper,
         })
     }
 
@@ -45,24 +72,19 @@ impl ProtectionDomain {
         self.raw.as_ptr()
     }
 
-    pub(crate) fn id(&self) -> &Arc<CmId> {
-        &self.id
+    /// The verbs context the domain was allocated on.
+    pub(crate) fn context(&self) -> NonNull<sys::ibv_context> {
+        self.context
     }
 
-    /// How many address handles of the domain are alive.
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn address_handles(&self) -> usize {
-        self.address_handles.load(Ordering::Relaxed)
+    /// The name of the domain's device.
+    pub(crate) fn device_name(&self) -> &str {
+        &self.device
     }
 
-    /// Counts an address handle created on the domain.
-    pub(super) fn address_handle_created(&self) {
-        self.address_handles.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Counts an address handle of the domain destroyed.
-    pub(super) fn address_handle_destroyed(&self) {
-        self.address_handles.fetch_sub(1, Ordering::Relaxed);
+    /// Whether `id` is bound to this domain's device, so its queue pair may use the domain.
+    pub(crate) fn is_device_of(&self, id: &CmId) -> io::Result<bool> {
+        Ok(id.verbs()? == self.context)
     }
 }
 

@@ -18,6 +18,7 @@
 
 use std::io;
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use rdma_async_sys as sys;
@@ -75,6 +76,11 @@ pub struct OwnedBuffers(Vec<RegisteredBuffer>);
 pub struct CallerMemory {
     table: Arc<InFlightTable>,
     srq: Option<Arc<SharedRecvQueue>>,
+    /// Sends and writes of up to this many bytes go inline: what the caller asked, capped by
+    /// what the provider granted (which may be more than asked).
+    inline_limit: u32,
+    /// Sends and writes posted with their bytes inline (`IBV_SEND_INLINE`).
+    inline_posts: AtomicU64,
 }
 
 /// A queue pair that posts from the registered buffers it owns (ring buffers, message slots).
@@ -261,6 +267,11 @@ impl<M> RcQueuePair<M> {
         Ok(())
     }
 
+    /// The inline limit the provider granted (it may exceed the one asked for).
+    pub(crate) fn max_inline_data(&self) -> u32 {
+        self.max_inline_data
+    }
+
     pub(crate) fn qp_num(&self) -> u32 {
         self.qp_num
     }
@@ -311,22 +322,18 @@ impl<M> Drop for RcQueuePair<M> {
 }
 
 impl OwnedBufferQueuePair {
-    /// Creates the RC queue pair of `pd`'s id, posting from `buffers` (registered on `pd`).
+    /// Creates the RC queue pair of `id` on `pd` (of `id`'s device), posting from `buffers`
+    /// (registered on `pd`).
     pub(crate) fn new(
+        id: Arc<CmId>,
         pd: Arc<ProtectionDomain>,
         send_cq: Arc<CompletionQueue>,
         recv_cq: Arc<CompletionQueue>,
         caps: QpCaps,
         buffers: Vec<RegisteredBuffer>,
     ) -> io::Result<Self> {
-        let id = pd.id().clone();
         let memory = OwnedBuffers(buffers);
         Self::create(id, pd, send_cq, recv_cq, caps, 1, None, memory)
-    }
-
-    /// The inline limit the provider granted (it may exceed the one asked for).
-    pub(crate) fn max_inline_data(&self) -> u32 {
-        self.max_inline_data
     }
 
     pub(crate) fn buffer(&self, index: usize) -> &RegisteredBuffer {
@@ -434,8 +441,14 @@ impl CallerMemoryQueuePair {
         srq: Option<Arc<SharedRecvQueue>>,
     ) -> io::Result<Self> {
         let srq_ref = srq.clone();
-        let memory = CallerMemory { table, srq };
-        Self::create(
+        let memory = CallerMemory {
+            table,
+            srq,
+            inline_limit: 0,
+            inline_posts: AtomicU64::new(0),
+        };
+        let asked = caps.max_inline_data;
+        let mut qp = Self::create(
             id,
             pd,
             cq.clone(),
@@ -444,11 +457,26 @@ impl CallerMemoryQueuePair {
             recv_sge,
             srq_ref.as_deref(),
             memory,
-        )
+        )?;
+        qp.memory.inline_limit = asked.min(qp.max_inline_data);
+        Ok(qp)
+    }
+
+    /// Sends and writes of up to this many bytes go inline.
+    pub(crate) fn inline_limit(&self) -> u32 {
+        self.memory.inline_limit
+    }
+
+    /// How many sends and writes went out inline.
+    pub(crate) fn inline_posts(&self) -> u64 {
+        self.memory.inline_posts.load(Ordering::Relaxed)
     }
 
     /// Moves `held` into the in-flight table and posts a signaled send-queue work request over
-    /// `segments` of it. On failure nothing was posted and the buffers come back.
+    /// `segments` of it; a send or write of 1 to `max_inline_data` bytes goes inline (the
+    /// provider copies the bytes while posting, sparing the device a DMA read; the buffers are
+    /// still held until the completion, as for any other request). On failure nothing was
+    /// posted and the buffers come back.
     pub(crate) fn post_caller(
         &self,
         opcode: Opcode,
@@ -470,11 +498,22 @@ impl CallerMemoryQueuePair {
                 wr.sg_list = sges.as_mut_ptr();
                 wr.num_sge = sges.len() as i32;
                 wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+                let bytes: u64 = sges.iter().map(|sge| u64::from(sge.length)).sum();
+                let carries_data = matches!(opcode, Opcode::Send { .. } | Opcode::Write { .. });
+                let inline =
+                    carries_data && bytes > 0 && bytes <= u64::from(self.memory.inline_limit);
+                if inline {
+                    wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+                }
                 set_opcode(&mut wr, opcode);
                 // SAFETY: every entry covers a checked range of a buffer that the table holds until
                 // this request's completion is polled, and the table outlives the QP (it is in
                 // `memory`, dropped after the QP is destroyed).
-                unsafe { self.post_send_wr(&mut wr) }
+                let posted = unsafe { self.post_send_wr(&mut wr) };
+                if posted.is_ok() && inline {
+                    self.memory.inline_posts.fetch_add(1, Ordering::Relaxed);
+                }
+                posted
             },
         )
     }

@@ -62,15 +62,16 @@ unsafe impl Send for UdQueuePair {}
 unsafe impl Sync for UdQueuePair {}
 
 impl UdQueuePair {
-    /// Creates the UD queue pair of `pd`'s id (bound to a device) and its buffers. librdmacm
-    /// moves it to ready-to-send with the id's P_Key and Q_Key (`RDMA_UDP_QKEY`).
+    /// Creates the UD queue pair of `id` (bound to a device) on `pd` (of that device) and its
+    /// buffers. librdmacm moves it to ready-to-send with the id's P_Key and Q_Key
+    /// (`RDMA_UDP_QKEY`).
     pub(crate) fn new(
+        id: Arc<CmId>,
         pd: Arc<ProtectionDomain>,
         send_cq: Arc<CompletionQueue>,
         recv_cq: Arc<CompletionQueue>,
         caps: UdCaps,
     ) -> io::Result<Self> {
-        let id = pd.id().clone();
         let send_buf = RegisteredBuffer::new(pd.clone(), caps.send_bytes, Access::default())?;
         let recv_buf = RegisteredBuffer::new(pd.clone(), caps.recv_bytes, Access::default())?;
         // SAFETY: ibv_qp_init_attr is plain old data; zero is valid for every field.

@@ -5,6 +5,7 @@
 //! so no other test runs beside it. `scripts/device-tests` runs the binaries one at a time.
 
 mod cm;
+mod context;
 mod datagram;
 mod datagram_peers;
 mod dead_peer;

@@ -141,10 +141,13 @@ async fn bad_ranges_are_rejected_before_posting() {
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
     assert!(e.to_string().contains("outside the 200-byte region"), "{e}");
-    // A region of another connection.
-    let (r, _) = client.send(server.reg_msgs(8).unwrap(), ..).await;
+    // A region of another device context (protection domain); the server's, in the same
+    // shared context, would be fine.
+    let other = rdma_async::device::DeviceContext::open(client.device_name()).unwrap();
+    let (r, _) = client.send(other.reg_msgs(8).unwrap(), ..).await;
     let e = r.unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+    assert!(e.to_string().contains("another device context"), "{e}");
     // Atomics on unaligned words.
     let (r, _) = client
         .fetch_and_add(buf, 0, remote.slice(4, 8).unwrap(), 1)
@@ -393,4 +396,61 @@ async fn peer_disconnect_fails_outstanding_receives() {
         ),
         "{e}"
     );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_sends_and_writes_go_inline_and_arrive_intact() {
+    let (server, client) = rdma_pair(&RdmaOptions::new()).await;
+    let limit = client.max_inline() as usize;
+    assert_eq!(
+        limit, 64,
+        "the default asks for 64 inline bytes; Soft-RoCE grants more"
+    );
+    let target = server.reg_write(2 * limit + 1 + 4096).unwrap();
+    let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
+    let before = client.inline_sends();
+
+    // A send and a write of exactly the limit go inline; one byte more and a 4 KiB write do not.
+    let mut msg = client.reg_msgs(limit + 1).unwrap();
+    msg.copy_from_slice(&cyclic(9, limit + 1));
+    let recv = server.recv(server.reg_msgs(limit + 1).unwrap(), ..);
+    let ((got, inbox), (sent, msg)) = guard("inline send", async {
+        tokio::join!(recv, client.send(msg, ..limit))
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(&inbox[..got.unwrap().len()], &cyclic(9, limit + 1)[..limit]);
+    let (w, msg) = client
+        .write(msg, .., remote.slice(0, limit as u32 + 1).unwrap())
+        .await;
+    w.unwrap();
+    let (w, msg) = client
+        .write(
+            msg,
+            ..limit,
+            remote.slice(limit as u32 + 1, limit as u32).unwrap(),
+        )
+        .await;
+    w.unwrap();
+    let mut big = client.reg_msgs(4096).unwrap();
+    big.copy_from_slice(&cyclic(10, 4096));
+    let (w, _big) = client
+        .write(big, .., remote.slice(2 * limit as u32 + 1, 4096).unwrap())
+        .await;
+    w.unwrap();
+    sync(&client, &server).await;
+    // The 1-byte sync message went inline too.
+    assert_eq!(client.inline_sends() - before, 3);
+
+    let mut expect = cyclic(9, limit + 1);
+    expect.extend_from_slice(&cyclic(9, limit + 1)[..limit]);
+    expect.extend_from_slice(&cyclic(10, 4096));
+    assert_eq!(&target.to_vec()[..expect.len()], &expect[..]);
+    drop(msg);
+
+    // Turned off: nothing goes inline.
+    let (server, client) = rdma_pair(&RdmaOptions::new().max_inline(0)).await;
+    assert_eq!(client.max_inline(), 0);
+    sync(&client, &server).await;
+    assert_eq!(client.inline_sends(), 0);
 }
