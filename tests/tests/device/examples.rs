@@ -117,3 +117,43 @@ async fn tls_echo_example_verifies_and_echoes() {
         ])
         .await;
 }
+
+/// The `key=value` field `key` of a `many_streams` report line.
+fn field(report: &str, key: &str) -> f64 {
+    report
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {report:?}"))
+}
+
+#[rdma_async::test]
+async fn many_streams_example_echoes_every_connection_and_reports_its_cost() {
+    // The short version of scripts/compare-many: 16 connections, 50 round trips of 256 B each.
+    let addr = format!("{}:7490", test_ip());
+    let mut server = Tool::spawn(&example("many_streams"), &["server", &addr, "16", "256"]);
+    server.wait_for("listening on").await;
+    let client = Tool::spawn(
+        &example("many_streams"),
+        &["client", &addr, "16", "50", "256"],
+    )
+    .expect_success(&["client pairs=16 transfers=1600 "])
+    .await;
+    let (ok, server) = server.finish().await;
+    assert!(ok, "the server failed:\n{server}");
+    let server = server
+        .lines()
+        .find(|l| l.starts_with("server "))
+        .unwrap_or_else(|| panic!("no server report:\n{server}"));
+    assert_eq!(field(server, "transfers"), 1600.0, "{server}");
+    let client = client
+        .lines()
+        .find(|l| l.starts_with("client "))
+        .unwrap_or_else(|| panic!("no client report:\n{client}"));
+    for report in [client, server] {
+        // Every connection costs descriptors (6 per RStream today), and the work costs CPU.
+        let fds = field(report, "fds_per_conn");
+        assert!((1.0..=8.0).contains(&fds), "{report}");
+        assert!(field(report, "transfers_per_s") > 0.0, "{report}");
+    }
+}

@@ -1,0 +1,239 @@
+//! Many `RStream` connections ping-ponging at once between one client process and one server
+//! process: aggregate transfers per second, CPU time per transfer, context switches (the
+//! process's wake-ups) per transfer and descriptors per connection. `scripts/compare-many` runs
+//! it for 1, 64 and 256 connections in one boot.
+//!
+//!     many_streams server ADDR PAIRS SIZE          serve PAIRS connections (echo), then report
+//!     many_streams client ADDR PAIRS ROUNDS SIZE   PAIRS connections, ROUNDS round trips of
+//!                                                  SIZE bytes each, all at once
+//!
+//! A transfer is one message one way (a round trip is two), as in `scripts/compare`. Each side
+//! measures only the exchange: from all connections established to all done. Every echo is
+//! checked byte for byte. The report is one line of `key=value` fields on stdout.
+
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use rdma_async::stream::{RListener, RStream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::Barrier;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// What the kernel accounts to this process: CPU time and context switches of all its threads.
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    cpu: Duration,
+    switches: u64,
+}
+
+impl Usage {
+    fn now() -> io::Result<Usage> {
+        // /proc/self/stat fields 14 and 15: user and system time of the whole process, in clock
+        // ticks (100 per second on Linux's default USER_HZ).
+        let stat = std::fs::read_to_string("/proc/self/stat")?;
+        let after_name = stat.rsplit(')').next().unwrap_or_default();
+        let fields: Vec<&str> = after_name.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // Counted from field 3 (the state) as index 0.
+        let cpu_ticks = ticks(11) + ticks(12);
+        let mut switches = 0;
+        for task in std::fs::read_dir("/proc/self/task")? {
+            let status = std::fs::read_to_string(task?.path().join("status")).unwrap_or_default();
+            for line in status.lines() {
+                if let Some(v) = line
+                    .strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
+                {
+                    switches += v.trim().parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+        Ok(Usage {
+            cpu: Duration::from_millis(cpu_ticks * 10),
+            switches,
+        })
+    }
+}
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, BoxError> {
+    args.get(i)
+        .ok_or_else(|| format!("missing {what}"))?
+        .parse()
+        .map_err(|_| format!("bad {what}: {:?}", args[i]).into())
+}
+
+/// Prints the report of one side.
+fn report(
+    side: &str,
+    pairs: usize,
+    transfers: u64,
+    elapsed: Duration,
+    before: Usage,
+    after: Usage,
+    fds_per_conn: f64,
+) {
+    let t = transfers.max(1) as f64;
+    println!(
+        "{side} pairs={pairs} transfers={transfers} secs={:.3} transfers_per_s={:.0} \
+         cpu_us_per_transfer={:.2} switches_per_transfer={:.3} fds_per_conn={fds_per_conn:.1}",
+        elapsed.as_secs_f64(),
+        t / elapsed.as_secs_f64().max(1e-9),
+        (after.cpu - before.cpu).as_secs_f64() * 1e6 / t,
+        (after.switches - before.switches) as f64 / t,
+    );
+}
+
+async fn serve(addr: SocketAddr, pairs: usize, size: usize) -> Result<(), BoxError> {
+    let listener = RListener::bind(addr).await?;
+    println!("many_streams: listening on {}", listener.local_addr()?);
+    let fds_before = open_fds();
+    let mut streams = Vec::with_capacity(pairs);
+    for _ in 0..pairs {
+        streams.push(listener.accept().await?.0);
+    }
+    let fds_per_conn = (open_fds() - fds_before) as f64 / pairs as f64;
+    let (before, start) = (Usage::now()?, Instant::now());
+    let echoes = streams.into_iter().map(|mut stream| {
+        tokio::spawn(async move {
+            let mut buf = vec![0; 64 * 1024];
+            let mut moved = 0u64;
+            loop {
+                let n = stream.read(&mut buf).await?;
+                if n == 0 {
+                    stream.shutdown().await?;
+                    return Ok::<_, io::Error>(moved);
+                }
+                stream.write_all(&buf[..n]).await?;
+                moved += n as u64;
+            }
+        })
+    });
+    let mut bytes = 0;
+    for echo in echoes.collect::<Vec<_>>() {
+        bytes += echo.await??;
+    }
+    let (elapsed, after) = (start.elapsed(), Usage::now()?);
+    // Each message echoed is two transfers: in and out.
+    report(
+        "server",
+        pairs,
+        2 * bytes / size.max(1) as u64,
+        elapsed,
+        before,
+        after,
+        fds_per_conn,
+    );
+    Ok(())
+}
+
+async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Result<(), BoxError> {
+    let fds_before = open_fds();
+    // Connect a few at a time, as a real client pool would.
+    let mut streams = Vec::with_capacity(pairs);
+    for chunk in (0..pairs).collect::<Vec<_>>().chunks(16) {
+        let connects = chunk.iter().map(|_| RStream::connect(addr));
+        for stream in futures_join_all(connects).await {
+            let stream = stream?;
+            streams.push(stream);
+        }
+    }
+    let fds_per_conn = (open_fds() - fds_before) as f64 / pairs as f64;
+    let barrier = std::sync::Arc::new(Barrier::new(pairs + 1));
+    let tasks: Vec<_> = streams
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut stream)| {
+            let barrier = barrier.clone();
+            tokio::spawn(async move {
+                let msg: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+                let mut back = vec![0; size];
+                barrier.wait().await;
+                for _ in 0..rounds {
+                    stream.write_all(&msg).await?;
+                    stream.read_exact(&mut back).await?;
+                    if back != msg {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("connection {i}: the echo differs from what was sent"),
+                        ));
+                    }
+                }
+                stream.shutdown().await?;
+                let mut rest = Vec::new();
+                stream.read_to_end(&mut rest).await?;
+                Ok::<_, io::Error>(())
+            })
+        })
+        .collect();
+    barrier.wait().await;
+    let (before, start) = (Usage::now()?, Instant::now());
+    for task in tasks {
+        task.await??;
+    }
+    let (elapsed, after) = (start.elapsed(), Usage::now()?);
+    let transfers = 2 * rounds * pairs as u64;
+    report(
+        "client",
+        pairs,
+        transfers,
+        elapsed,
+        before,
+        after,
+        fds_per_conn,
+    );
+    Ok(())
+}
+
+/// Awaits every future (the examples avoid the `futures` crate for one helper).
+async fn futures_join_all<F: std::future::Future>(
+    futures: impl Iterator<Item = F>,
+) -> Vec<F::Output>
+where
+    F: Send + 'static,
+    F::Output: Send + 'static,
+{
+    let handles: Vec<_> = futures.map(tokio::spawn).collect();
+    let mut out = Vec::with_capacity(handles.len());
+    for h in handles {
+        out.push(h.await.expect("a connect task panicked"));
+    }
+    out
+}
+
+#[rdma_async::main]
+async fn main() -> Result<(), BoxError> {
+    let args: Vec<String> = std::env::args().collect();
+    let usage =
+        "usage: many_streams server ADDR PAIRS SIZE | many_streams client ADDR PAIRS ROUNDS SIZE";
+    match args.get(1).map(String::as_str) {
+        Some("server") => {
+            serve(
+                arg(&args, 2, "ADDR")?,
+                arg(&args, 3, "PAIRS")?,
+                arg(&args, 4, "SIZE")?,
+            )
+            .await
+        }
+        Some("client") => {
+            client(
+                arg(&args, 2, "ADDR")?,
+                arg(&args, 3, "PAIRS")?,
+                arg(&args, 4, "ROUNDS")?,
+                arg(&args, 5, "SIZE")?,
+            )
+            .await
+        }
+        _ => Err(usage.into()),
+    }
+}
