@@ -143,7 +143,7 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
     let mut streams = Vec::with_capacity(pairs);
     for chunk in (0..pairs).collect::<Vec<_>>().chunks(16) {
         let connects = chunk.iter().map(|_| RStream::connect(addr));
-        for stream in futures_join_all(connects).await {
+        for stream in join_all(connects).await {
             let stream = stream?;
             streams.push(stream);
         }
@@ -195,12 +195,11 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
     Ok(())
 }
 
-/// Awaits every future (the examples avoid the `futures` crate for one helper).
-async fn futures_join_all<F: std::future::Future>(
-    futures: impl Iterator<Item = F>,
-) -> Vec<F::Output>
+/// Awaits every future, each on a task of its own (the examples avoid the `futures` crate for
+/// one helper).
+async fn join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
 where
-    F: Send + 'static,
+    F: std::future::Future + Send + 'static,
     F::Output: Send + 'static,
 {
     let handles: Vec<_> = futures.map(tokio::spawn).collect();
