@@ -1,6 +1,7 @@
 //! Request latency of the frameworks people run, over `RStream` and over TCP: HTTP/1.1 and
 //! HTTP/2 (hyper, one connection, a 64-byte response) and gRPC unary calls (tonic, the health
-//! service's `Check`). Ends with a side-by-side table of p50/p99.
+//! service's `Check`). Ends with a side-by-side table of p50/p99: medians of alternating rounds
+//! (`FRAMEWORKS_ROUNDS`, `FRAMEWORKS_REQUESTS`) with the spread of the rdma/tcp ratio.
 //!
 //! Needs an RDMA device: run through `scripts/bench` (Soft-RoCE in a guest where there is none).
 //! TCP runs over the same netdev address, so both transports cross the same (loopback) path.
@@ -44,8 +45,26 @@ impl Transport {
     }
 }
 
-/// (protocol, transport, p50 µs, p99 µs) of every benchmark that ran, for the final table.
-static RESULTS: Mutex<Vec<(&'static str, Transport, f64, f64)>> = Mutex::new(Vec::new());
+/// One transport's requests in one alternating round (latencies in µs).
+struct RoundResult {
+    protocol: &'static str,
+    transport: Transport,
+    round: usize,
+    p50: f64,
+    p99: f64,
+}
+
+/// Every alternating round of every benchmark that ran, for the final table.
+static RESULTS: Mutex<Vec<RoundResult>> = Mutex::new(Vec::new());
+
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    match values.len() {
+        0 => f64::NAN,
+        n if n % 2 == 1 => values[n / 2],
+        n => (values[n / 2 - 1] + values[n / 2]) / 2.0,
+    }
+}
 
 /// Answers every request with 64 bytes, over HTTP/1.1 or HTTP/2 (prior knowledge).
 async fn serve_http<IO: AsyncRead + AsyncWrite + Unpin + Send + 'static>(io: IO) {
@@ -102,7 +121,26 @@ async fn dial(transport: Transport, addr: SocketAddr) -> Box<dyn Io> {
     }
 }
 
-/// Benchmarks one request at a time on one connection, for each transport.
+/// Rounds of the side-by-side table (`FRAMEWORKS_ROUNDS`, default 3) and requests per transport
+/// in each (`FRAMEWORKS_REQUESTS`, default 1000): after criterion's runs, the transports take
+/// turns (rdma, tcp, rdma, tcp, ...) on the same connections, so a slow spell of a loaded
+/// machine hits both, and the table gives medians over the rounds.
+fn rounds_and_requests() -> (usize, u64) {
+    let env = |name: &str, default: u64| {
+        std::env::var(name)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|&n| n > 0)
+            .unwrap_or(default)
+    };
+    (
+        env("FRAMEWORKS_ROUNDS", 3) as usize,
+        env("FRAMEWORKS_REQUESTS", 1000),
+    )
+}
+
+/// Benchmarks one request at a time on one connection, for each transport, then measures the
+/// alternating rounds of the table.
 fn bench_requests<C, F>(
     c: &mut Criterion,
     rt: &tokio::runtime::Runtime,
@@ -115,6 +153,7 @@ fn bench_requests<C, F>(
 {
     let mut group = c.benchmark_group(protocol);
     group.measurement_time(Duration::from_secs(5));
+    let mut ran = Vec::new();
     for transport in Transport::ALL {
         let client = Arc::new(tokio::sync::Mutex::new(rt.block_on(connect(transport))));
         let hist = RoundTrips::new();
@@ -127,15 +166,35 @@ fn bench_requests<C, F>(
                 }
             });
         });
-        if let Some((p50, p99)) = hist.p50_p99_us() {
-            RESULTS
-                .lock()
-                .expect("results")
-                .push((protocol, transport, p50, p99));
-        }
         hist.report(&format!("{protocol}/{}", transport.name()));
+        if hist.p50_p99_us().is_some() {
+            ran.push((transport, client));
+        }
     }
     group.finish();
+    if ran.len() < Transport::ALL.len() {
+        return; // filtered out on the command line: no side-by-side rows
+    }
+    let (rounds, requests) = rounds_and_requests();
+    for round in 0..rounds {
+        for (transport, client) in &ran {
+            let hist = RoundTrips::new();
+            rt.block_on(async {
+                let mut client = client.lock().await;
+                hist.time(requests, async || request(&mut client).await)
+                    .await
+            });
+            if let Some((p50, p99)) = hist.p50_p99_us() {
+                RESULTS.lock().expect("results").push(RoundResult {
+                    protocol,
+                    transport: *transport,
+                    round,
+                    p50,
+                    p99,
+                });
+            }
+        }
+    }
 }
 
 type Http1 = hyper::client::conn::http1::SendRequest<Empty<Bytes>>;
@@ -232,34 +291,51 @@ fn grpc(c: &mut Criterion) {
     );
 }
 
-/// The side-by-side table: one row per protocol.
+/// The side-by-side table: one row per protocol, medians over the alternating rounds, and the
+/// spread (min–max) of the per-round p50 ratio.
 fn print_table() {
     let results = RESULTS.lock().expect("results");
     if results.is_empty() {
         return;
     }
-    println!("\nrequest latency, one request at a time on one connection (µs)");
+    let (rounds, requests) = rounds_and_requests();
     println!(
-        "{:<12} {:>10} {:>10} {:>10} {:>10} {:>10}",
-        "protocol", "rdma p50", "rdma p99", "tcp p50", "tcp p99", "p50 rdma/tcp"
+        "\nrequest latency, one request at a time on one connection (µs): medians of {rounds} \
+         alternating rounds of {requests} requests per transport"
+    );
+    println!(
+        "{:<12} {:>10} {:>10} {:>10} {:>10} {:>12} {:>11}",
+        "protocol", "rdma p50", "rdma p99", "tcp p50", "tcp p99", "p50 rdma/tcp", "spread"
     );
     for protocol in ["http1", "http2", "grpc_unary"] {
-        let find = |t| {
+        let of = |t: Transport| -> Vec<&RoundResult> {
             results
                 .iter()
-                .find(|r| r.0 == protocol && r.1 == t)
-                .map(|r| (r.2, r.3))
+                .filter(|r| r.protocol == protocol && r.transport == t)
+                .collect()
         };
-        let (Some(rdma), Some(tcp)) = (find(Transport::Rdma), find(Transport::Tcp)) else {
+        let (rdma, tcp) = (of(Transport::Rdma), of(Transport::Tcp));
+        if rdma.is_empty() || tcp.is_empty() {
             continue;
-        };
+        }
+        let ratios: Vec<f64> = rdma
+            .iter()
+            .filter_map(|r| {
+                let t = tcp.iter().find(|t| t.round == r.round)?;
+                Some(r.p50 / t.p50)
+            })
+            .collect();
+        let (lo, hi) = ratios
+            .iter()
+            .fold((f64::INFINITY, 0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)));
         println!(
-            "{protocol:<12} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.2}",
-            rdma.0,
-            rdma.1,
-            tcp.0,
-            tcp.1,
-            rdma.0 / tcp.0
+            "{protocol:<12} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>12.2} {:>11}",
+            median(rdma.iter().map(|r| r.p50).collect()),
+            median(rdma.iter().map(|r| r.p99).collect()),
+            median(tcp.iter().map(|r| r.p50).collect()),
+            median(tcp.iter().map(|r| r.p99).collect()),
+            median(ratios.clone()),
+            format!("{lo:.2}–{hi:.2}"),
         );
     }
 }
