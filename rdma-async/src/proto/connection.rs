@@ -209,6 +209,42 @@ impl Connection {
         })
     }
 
+    /// Plan the next chunk of a zero-copy write (sent from the caller's registered memory, not
+    /// the send ring) with `remaining` bytes (> 0) left; see `Sender::next_external_chunk`. The
+    /// returned write has an empty `sbuf` and is not inline: the driver sends its `len` bytes
+    /// from the caller's memory.
+    pub(crate) fn prepare_external_write(
+        &mut self,
+        call: &mut WriteCall,
+        remaining: usize,
+    ) -> Result<DataWrite, WriteError> {
+        self.write_readiness()?;
+        if remaining == 0 {
+            return Err(WriteError::Failed(ProtoError::usage(
+                "prepare_external_write with 0 bytes",
+            )));
+        }
+        let chunk = self
+            .sender
+            .next_external_chunk(call, remaining)
+            .map_err(WriteError::Blocked)?;
+        let wr_id = self.sends.push(SendKind::Data { len: chunk.len });
+        Ok(DataWrite {
+            wr_id,
+            len: chunk.len as usize,
+            sbuf: chunk.sbuf,
+            inline: false,
+            remote_addr: chunk.remote_addr,
+            rkey: chunk.rkey,
+            imm: Op::Data(chunk.len).encode(),
+        })
+    }
+
+    /// Whether the send `wr_id` was posted and has not completed yet.
+    pub(crate) fn is_send_outstanding(&self, wr_id: u64) -> bool {
+        self.sends.is_outstanding(wr_id)
+    }
+
     /// Plans a 0-byte DATA message: valid for the peer (it costs one of our credits and
     /// returns at once), but carrying nothing. Tests flood a peer with these.
     #[cfg(feature = "test-hooks")]

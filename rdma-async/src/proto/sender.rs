@@ -171,6 +171,20 @@ impl Sender {
                 ((u64::from(self.sbuf_head) + u64::from(len)) % u64::from(self.sbuf_size)) as u32;
             segs
         };
+        let remote_addr = self.charge(len);
+        Ok(Chunk {
+            len,
+            sbuf,
+            inline,
+            remote_addr,
+            rkey: target.key,
+        })
+    }
+
+    /// Charges a chunk of `len` bytes (no more than the target buffer's): ring space, a
+    /// send-queue entry and a credit; takes `len` bytes of the current target buffer and
+    /// returns where they start.
+    fn charge(&mut self, len: u32) -> u64 {
         self.sbuf_bytes_avail -= len;
         self.sqe_avail -= 1;
         self.sseq_no = self.sseq_no.wrapping_add(1);
@@ -181,10 +195,31 @@ impl Sender {
         if slot.length == 0 {
             self.target_sge = (self.target_sge + 1) % RS_SGL_SIZE;
         }
+        remote_addr
+    }
+
+    /// Decide the next chunk of a zero-copy write with `remaining > 0` bytes left: it is sent
+    /// straight from the caller's registered memory, so the ring head does not move, but the
+    /// ring space is still charged until its completion (as for an inline chunk), which keeps
+    /// the ring accounting unchanged.
+    pub(crate) fn next_external_chunk(
+        &mut self,
+        call: &mut WriteCall,
+        remaining: usize,
+    ) -> Result<Chunk, WriteBlocked> {
+        if let Some(reason) = self.blocked() {
+            return Err(reason);
+        }
+        let target = self.target_sgl[self.target_sge];
+        let len = call
+            .take(remaining)
+            .min(self.sbuf_bytes_avail)
+            .min(target.length);
+        let remote_addr = self.charge(len);
         Ok(Chunk {
             len,
-            sbuf,
-            inline,
+            sbuf: Segments::EMPTY,
+            inline: false,
             remote_addr,
             rkey: target.key,
         })
@@ -363,6 +398,29 @@ mod tests {
         assert_eq!(c.remote_addr, 0x10_0000 + 64);
         s.complete(64);
         s.complete(65);
+        assert!(s.idle());
+        assert_eq!(s.sbuf_bytes_avail(), 131072);
+    }
+
+    #[test]
+    fn external_chunks_use_no_ring_bytes() {
+        let mut s = sender(Config::new(), 65536);
+        let mut call = WriteCall::largest();
+        let c = s.next_external_chunk(&mut call, 100_000).unwrap();
+        assert_eq!((c.len, c.inline, c.sbuf.is_empty()), (65536, false, true));
+        assert_eq!(s.blocked(), Some(WriteBlocked::TargetBuffer));
+        assert_eq!(s.sbuf_bytes_avail(), 131072 - 65536);
+        s.apply_sgl_update(RsSge {
+            addr: 0x20_0000,
+            key: 0x78,
+            length: 65536,
+        })
+        .unwrap();
+        // The ring head did not move: the next copied chunk starts at offset 0.
+        let c = s.next_chunk(&mut WriteCall::new(), 200).unwrap();
+        assert_eq!(c.sbuf.as_slice()[0].offset, 0);
+        s.complete(65536);
+        s.complete(200);
         assert!(s.idle());
         assert_eq!(s.sbuf_bytes_avail(), 131072);
     }

@@ -64,6 +64,16 @@ impl SendQueue {
         }
     }
 
+    /// Whether `wr_id` is still outstanding. Serials are consecutive in the FIFO, so its
+    /// position follows from its serial.
+    pub(crate) fn is_outstanding(&self, wr_id: u64) -> bool {
+        let Some(&(oldest, _)) = self.fifo.front() else {
+            return false;
+        };
+        let pos = (wr_id as u32).wrapping_sub(oldest as u32) as usize;
+        self.fifo.get(pos).is_some_and(|&(id, _)| id == wr_id)
+    }
+
     /// Sends posted and not yet completed.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {

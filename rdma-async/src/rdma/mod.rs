@@ -47,6 +47,6 @@ mod srq;
 pub use connection::{RdmaConnection, Received};
 pub use options::RdmaOptions;
 pub use region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion};
-pub(crate) use region::{adopt, allocate, bytes_mut_to_vec};
+pub(crate) use region::{adopt, allocate, bytes_mut_to_vec, sealed};
 pub use remote::{RemoteRegion, RemoteSlice};
 pub use srq::SharedReceiveQueue;

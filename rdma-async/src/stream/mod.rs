@@ -89,6 +89,7 @@
 
 mod listener;
 mod options;
+mod region_write;
 mod rstream;
 mod side_wakers;
 mod split;

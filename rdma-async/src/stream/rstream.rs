@@ -489,6 +489,42 @@ impl RStream {
         self.inner.core().fail_next_post_recv();
     }
 
+    /// The device context the stream works in: regions registered through it can be written
+    /// with [`Self::write_region`].
+    pub fn context(&self) -> crate::device::DeviceContext {
+        self.inner.core().context()
+    }
+
+    /// Writes `range` of a registered `region` to the stream without copying it: the bytes
+    /// go by RDMA write straight from the region into the peer's receive ring (the peer, C
+    /// rsockets included, sees ordinary stream data). Waits, as `write_all` does, until every
+    /// byte is posted, then until the device is done with the region, and hands it back.
+    ///
+    /// The region must be registered in the stream's device context: by default the shared
+    /// context of its device (`DeviceContext::shared`), or the one named with
+    /// `RStreamOptions::context`. Bytes written with `write`/`write_all` before this call come
+    /// first; the peer's grants and credits pace it like any write.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a range outside the region or a region of another context; the
+    /// connection's error, as for a write. The region comes back (`Some`) with any result,
+    /// except when a failed `ibv_post_send` left it unknown whether the device still reads
+    /// it: it then stays with the stream, which frees it after its queue pair is destroyed.
+    ///
+    /// # Cancel safety
+    ///
+    /// Not cancel safe, like `write_all`: if the future is dropped, an unknown prefix of the
+    /// range was sent, and the region is kept by the stream until the device is done with it,
+    /// then freed (never written, never freed under the device).
+    pub async fn write_region<B: crate::rdma::RegisteredBytes>(
+        &mut self,
+        region: B,
+        range: impl std::ops::RangeBounds<usize>,
+    ) -> (io::Result<()>, Option<B>) {
+        super::region_write::write_region(self.inner.core(), region, range).await
+    }
+
     /// What the stream did on the device so far (work requests, completions, bytes).
     pub fn stats(&self) -> StreamStats {
         self.inner.core().stats()

@@ -17,6 +17,9 @@ pub struct StreamStats {
     pub recv_completions: u64,
     /// Application bytes written to the device.
     pub bytes_sent: u64,
+    /// Of those, bytes sent straight from the caller's registered memory
+    /// ([`RStream::write_region`](super::RStream::write_region)), without a copy.
+    pub zero_copy_bytes: u64,
     /// Application bytes handed to readers.
     pub bytes_received: u64,
     /// Probes sent while a writer waited for the peer's credits (counted in `control_writes`

@@ -16,6 +16,7 @@
 //! `try_write`, flush, the keepalive) handles at most [`PUMP_BATCHES`] batches. Completions
 //! left behind stay queued and are handled, in order, by the next call.
 
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
@@ -26,10 +27,12 @@ use tokio::io::ReadBuf;
 use tokio::task::coop;
 
 use super::options::RStreamOptions;
+use super::region_write::{LentBuffer, RegionWrite};
 use super::side_wakers::{SideWakers, Waiter};
 use super::stats::StreamStats;
 use super::write_probe::WriteProbe;
 use crate::cm::link::CmLink;
+use crate::device::DeviceContext;
 use crate::error::{StickyError, wc_error};
 use crate::proto::{
     ConnData, Connection, DataWrite, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
@@ -38,7 +41,7 @@ use crate::proto::{
 use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
     Access, CmId, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer, Segment,
-    WcStatus, WorkCompletion, WorkRequest,
+    UserBuffer, WcStatus, WorkCompletion, WorkRequest,
 };
 
 /// The queue pair's buffers, by index.
@@ -154,6 +157,16 @@ struct CoreState {
     /// Probes the peer while the writer waits for credits.
     write_probe: WriteProbe,
     stats: StreamStats,
+    /// Caller buffers lent to the queue pair by zero-copy writes, in post order of their last
+    /// send.
+    lent: VecDeque<LentBuffer>,
+    /// Lent buffers the device is done with, for their writes to pick up (by lend id).
+    returned: HashMap<u64, UserBuffer>,
+    /// Lend ids of writes that were dropped: their buffers are freed when they come back.
+    abandoned: HashSet<u64>,
+    /// An `ibv_post_send` failed: requests the protocol counts as outstanding may never have
+    /// been posted, so their completions (and the buffers they would free) may never come.
+    post_failed: bool,
 }
 
 /// One stream connection's queue pair, protocol state and wake-ups.
@@ -191,6 +204,10 @@ impl StreamCore {
                 shutdown_started: false,
                 write_probe: WriteProbe::new(),
                 stats: StreamStats::default(),
+                lent: VecDeque::new(),
+                returned: HashMap::new(),
+                abandoned: HashSet::new(),
+                post_failed: false,
             }),
         };
         // The first SGL update (the second half of our ring) goes out at once.
@@ -202,6 +219,11 @@ impl StreamCore {
 
     pub(super) fn link(&self) -> &CmLink {
         &self.link
+    }
+
+    /// The device context of the stream's queue pair and rings.
+    pub(super) fn context(&self) -> DeviceContext {
+        DeviceContext::from_pd(self.qp.pd().clone())
     }
 
     fn lock(&self) -> MutexGuard<'_, CoreState> {
@@ -290,12 +312,28 @@ impl StreamCore {
                 }
             }
         }
+        self.reclaim_lent(state);
         let posted = match failed {
             Some(e) => Err(e),
             None => self.post_controls(state),
         };
         self.wake_all();
         posted
+    }
+
+    /// Takes back from the queue pair every lent buffer whose last send has completed.
+    fn reclaim_lent(&self, state: &mut CoreState) {
+        while let Some(&lent) = state.lent.front() {
+            if state.conn.is_send_outstanding(lent.last_send) {
+                return;
+            }
+            state.lent.pop_front();
+            if let Some(buffer) = self.qp.reclaim(lent.lend_id)
+                && !state.abandoned.remove(&lent.lend_id)
+            {
+                state.returned.insert(lent.lend_id, buffer);
+            }
+        }
     }
 
     fn handle_recv(&self, state: &mut CoreState, wc: &WorkCompletion) -> io::Result<()> {
@@ -353,6 +391,7 @@ impl StreamCore {
                 signaled: true,
             };
             if let Err(e) = self.qp.post(&req) {
+                state.post_failed = true;
                 return Err(self.fatal(state, e));
             }
             state.stats.control_writes += 1;
@@ -406,11 +445,176 @@ impl StreamCore {
             payload,
             signaled: true,
         };
-        self.qp.post(&req).map_err(|e| self.fatal(state, e))?;
+        if let Err(e) = self.qp.post(&req) {
+            state.post_failed = true;
+            return Err(self.fatal(state, e));
+        }
         state.stats.data_writes += 1;
         state.stats.post_send_calls += 1;
         state.stats.bytes_sent += write.len as u64;
         Ok(())
+    }
+
+    /// Moves the write's buffer into the queue pair, sends as much of it as the peer's grants
+    /// allow straight from there, waiting for more, and once all of it is posted waits for the
+    /// device to be done with it: `op.buffer` then holds it again. On an error the buffer is
+    /// back in `op.buffer` too, unless a failed `ibv_post_send` left it unknown whether the
+    /// device still reads it (it then stays with the queue pair until the stream is dropped).
+    pub(super) fn poll_write_region(
+        &self,
+        cx: &mut Context<'_>,
+        op: &mut RegionWrite,
+    ) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        ready!(self.pump(&mut state, Some(cx)))?;
+        loop {
+            // A buffer the device is done with comes back first: the next chunks lend it
+            // again, under a new id.
+            self.reclaim_lent(&mut state);
+            if let Some(id) = op.lent
+                && let Some(buffer) = state.returned.remove(&id)
+            {
+                op.buffer = Some(buffer);
+                op.lent = None;
+            }
+            if op.failure.is_none() && op.remaining() > 0 {
+                self.post_region(&mut state, op)?;
+                self.reclaim_lent(&mut state);
+                if let Some(id) = op.lent
+                    && let Some(buffer) = state.returned.remove(&id)
+                {
+                    op.buffer = Some(buffer);
+                    op.lent = None;
+                }
+            }
+            if op.lent.is_none() {
+                if let Some(e) = op.failure.take() {
+                    return Poll::Ready(Err(e));
+                }
+                if op.remaining() == 0 {
+                    return Poll::Ready(Ok(()));
+                }
+            } else if state.post_failed
+                && let Some(e) = op.failure.take()
+            {
+                return Poll::Ready(Err(e));
+            }
+            if op.remaining() > 0 && op.failure.is_none() && state.conn.write_readiness().is_ok() {
+                continue;
+            }
+            if let Err(e) = ready!(self.wait_to_write(&mut state, cx, Waiter::Poll)) {
+                // Once the connection is gone nothing more completes: handle what is queued;
+                // a buffer still out after that stays with the queue pair.
+                self.drain(&mut state)?;
+                self.reclaim_lent(&mut state);
+                if let Some(id) = op.lent
+                    && let Some(buffer) = state.returned.remove(&id)
+                {
+                    op.buffer = Some(buffer);
+                    op.lent = None;
+                }
+                return Poll::Ready(Err(op.failure.take().unwrap_or(e)));
+            }
+        }
+    }
+
+    /// Lends the write's buffer to the queue pair (unless it already is) and posts as many of
+    /// its chunks as the peer's grants allow, then the control messages due.
+    /// Records a refusal of the protocol in `op.failure`.
+    fn post_region(&self, state: &mut CoreState, op: &mut RegionWrite) -> io::Result<()> {
+        if let Err(WriteError::Blocked(_)) = state.conn.write_readiness() {
+            return Ok(()); // nothing can be posted yet
+        }
+        let lend_id = match (op.lent, op.buffer.take()) {
+            (Some(id), _) => id,
+            (None, Some(buffer)) => match self.qp.lend(buffer) {
+                Ok(id) => {
+                    op.lent = Some(id);
+                    id
+                }
+                Err((err, buffer)) => {
+                    op.buffer = Some(buffer);
+                    op.failure = Some(err);
+                    return Ok(());
+                }
+            },
+            (None, None) => return Ok(()),
+        };
+        let mut last_send = None;
+        let mut call = WriteCall::largest();
+        while op.remaining() > 0 {
+            let write = match state.conn.prepare_external_write(&mut call, op.remaining()) {
+                Ok(write) => write,
+                Err(WriteError::Blocked(_)) => break,
+                Err(WriteError::Closed) => {
+                    op.failure = Some(self.failure(state, None));
+                    break;
+                }
+                Err(WriteError::Failed(e)) => {
+                    op.failure = Some(self.failure(state, Some(e)));
+                    break;
+                }
+            };
+            let req = WorkRequest {
+                wr_id: write.wr_id,
+                opcode: Opcode::Write {
+                    remote_addr: write.remote_addr,
+                    rkey: write.rkey,
+                    imm: Some(write.imm),
+                },
+                payload: Payload::Lent {
+                    id: lend_id,
+                    offset: op.start + op.done,
+                    len: write.len,
+                },
+                signaled: true,
+            };
+            if let Err(e) = self.qp.post(&req) {
+                state.post_failed = true;
+                op.failure = Some(self.fatal(state, e));
+                break;
+            }
+            state.stats.data_writes += 1;
+            state.stats.post_send_calls += 1;
+            state.stats.bytes_sent += write.len as u64;
+            state.stats.zero_copy_bytes += write.len as u64;
+            state.write_probe.disarm();
+            op.done += write.len;
+            last_send = Some(write.wr_id);
+        }
+        let posted = self.post_controls(state);
+        match last_send {
+            Some(last_send) => {
+                // The buffer's entry moves to the back: its last send is now the newest.
+                state.lent.retain(|l| l.lend_id != lend_id);
+                state.lent.push_back(LentBuffer { lend_id, last_send });
+            }
+            None if !state.lent.iter().any(|l| l.lend_id == lend_id) => {
+                // No send of it was ever posted: the device never saw it.
+                op.buffer = self.qp.reclaim(lend_id);
+                op.lent = None;
+            }
+            None => {}
+        }
+        if let Err(e) = posted {
+            op.failure.get_or_insert(e);
+        }
+        Ok(())
+    }
+
+    /// A zero-copy write was dropped: its buffer is freed when the device is done with it.
+    pub(super) fn abandon_region_write(&self, op: &mut RegionWrite) {
+        let Some(lend_id) = op.lent.take() else {
+            return;
+        };
+        let mut state = self.lock();
+        if state.returned.remove(&lend_id).is_none() {
+            if state.lent.iter().any(|l| l.lend_id == lend_id) {
+                state.abandoned.insert(lend_id);
+            } else {
+                drop(self.qp.reclaim(lend_id));
+            }
+        }
     }
 
     /// The error a failed connection reports: the transport's cause if there was one.

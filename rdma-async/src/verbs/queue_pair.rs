@@ -16,16 +16,17 @@
 //! `RcQueuePair<M>` once: creation, the state change to error, and the drop order (`Drop` destroys
 //! the queue pair before any field, the memory `M` included, is dropped).
 
+use std::collections::HashMap;
 use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 use rdma_async_sys as sys;
 
 use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
-use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
+use super::in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
 use super::memory::RegisteredBuffer;
 use super::protection_domain::ProtectionDomain;
 use super::shared_recv_queue::SharedRecvQueue;
@@ -66,9 +67,24 @@ pub struct RcQueuePair<M> {
     _pd: Arc<ProtectionDomain>,
 }
 
-/// The memory of an [`OwnedBufferQueuePair`]: registered buffers that work requests index.
+/// The memory of an [`OwnedBufferQueuePair`]: registered buffers that work requests index, and
+/// the caller's buffers lent to it for zero-copy sends.
 #[derive(Debug)]
-pub struct OwnedBuffers(Vec<RegisteredBuffer>);
+pub struct OwnedBuffers {
+    fixed: Vec<RegisteredBuffer>,
+    /// Caller buffers that work requests may name ([`Payload::Lent`]), by lend id. A buffer
+    /// leaves only through [`OwnedBufferQueuePair::reclaim`], which the owner calls once the
+    /// completion covering every request that named it was polled; otherwise it is freed with
+    /// the queue pair, after the queue pair was destroyed.
+    lent: Mutex<Lent>,
+}
+
+/// The lent buffers and the next lend id.
+#[derive(Debug, Default)]
+struct Lent {
+    next_id: u64,
+    buffers: HashMap<u64, UserBuffer>,
+}
 
 /// The memory of a [`CallerMemoryQueuePair`]: the table that holds the caller's buffers while
 /// their work requests are outstanding, and the shared receive queue it receives through, if any.
@@ -114,6 +130,9 @@ pub(crate) enum Payload<'a> {
     Segments(&'a [Segment]),
     /// Bytes copied into the work request itself (at most `max_inline_data`).
     Inline(&'a [u8]),
+    /// `len` bytes at `offset` of a buffer lent to the queue pair
+    /// ([`OwnedBufferQueuePair::lend`]).
+    Lent { id: u64, offset: usize, len: usize },
 }
 
 /// What a work request does.
@@ -332,18 +351,75 @@ impl OwnedBufferQueuePair {
         caps: QpCaps,
         buffers: Vec<RegisteredBuffer>,
     ) -> io::Result<Self> {
-        let memory = OwnedBuffers(buffers);
+        let memory = OwnedBuffers {
+            fixed: buffers,
+            lent: Mutex::default(),
+        };
         Self::create(id, pd, send_cq, recv_cq, caps, 1, None, memory)
     }
 
     pub(crate) fn buffer(&self, index: usize) -> &RegisteredBuffer {
-        &self.memory.0[index]
+        &self.memory.fixed[index]
+    }
+
+    /// The protection domain of the queue pair.
+    pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self._pd
+    }
+
+    /// Lends `buffer` to the queue pair, so that work requests can send from it
+    /// ([`Payload::Lent`] with the returned id). It must be registered on the queue pair's
+    /// protection domain.
+    pub(crate) fn lend(&self, buffer: UserBuffer) -> Result<u64, (io::Error, UserBuffer)> {
+        if !Arc::ptr_eq(buffer.registered().pd(), &self._pd) {
+            let err = error::invalid_input(format!(
+                "the region is registered in another device context (protection domain) than \
+                 the stream's (device {}); register it through the stream's context",
+                self._pd.device_name()
+            ));
+            return Err((err, buffer));
+        }
+        let mut lent = self
+            .memory
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let id = lent.next_id;
+        lent.next_id += 1;
+        lent.buffers.insert(id, buffer);
+        Ok(id)
+    }
+
+    /// Takes back lent buffer `id`. Call it only once the completion covering every work
+    /// request that named it was polled (or none was posted): the device may read it until
+    /// then.
+    pub(crate) fn reclaim(&self, id: u64) -> Option<UserBuffer> {
+        let mut lent = self
+            .memory
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        lent.buffers.remove(&id)
+    }
+
+    /// The gather entry for `len` bytes at `offset` of lent buffer `id`, after checking them.
+    fn lent_sge(&self, id: u64, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
+        let lent = self
+            .memory
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        lent.buffers
+            .get(&id)
+            .ok_or_else(|| error::invalid_input(format!("no lent buffer {id}")))?
+            .registered()
+            .sge(offset, len)
     }
 
     /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
     fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
         self.memory
-            .0
+            .fixed
             .get(segment.buffer)
             .ok_or_else(|| {
                 error::invalid_input(format!("no registered buffer {}", segment.buffer))
@@ -367,6 +443,10 @@ impl OwnedBufferQueuePair {
                     *sge = self.sge(*seg)?;
                 }
                 segments.len()
+            }
+            Payload::Lent { id, offset, len } => {
+                sges[0] = self.lent_sge(id, offset, len)?;
+                1
             }
             Payload::Inline(bytes) => {
                 // The device must copy the bytes while posting: a longer "inline" request would
@@ -396,7 +476,9 @@ impl OwnedBufferQueuePair {
             wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
         }
         // SAFETY: gather entries cover checked ranges of buffers this QP owns, which stay
-        // allocated and registered until after the QP is destroyed in Drop; an inline payload is
+        // allocated and registered until after the QP is destroyed in Drop (a lent buffer stays
+        // in `memory.lent` until its owner reclaims it after the completion covering this
+        // request was polled); an inline payload is
         // copied by the provider during this call (its length was checked against the QP's
         // inline limit).
         unsafe { self.post_send_wr(&mut wr) }

@@ -30,6 +30,7 @@ mod tls;
 mod tonic;
 mod ucmatose;
 mod udaddy;
+mod zero_copy;
 
 /// `examples/rping`'s code, compiled in and run in-process by [`rping`].
 #[path = "../../../examples/rping.rs"]

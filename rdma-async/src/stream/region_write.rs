@@ -1,0 +1,97 @@
+//! [`RegionWrite`]: the state of one zero-copy write (`RStream::write_region`) between polls.
+//!
+//! The caller's registered buffer is lent to the stream's queue pair for the whole write: the
+//! data goes by RDMA write straight from it into the peer's ring, and it comes back once the
+//! completion of the last chunk that used it was polled (chunks complete in order).
+
+use crate::verbs::UserBuffer;
+
+/// Where a zero-copy write is.
+#[derive(Debug)]
+pub(super) struct RegionWrite {
+    /// The buffer, until it is lent to the queue pair (and again once it is back).
+    pub(super) buffer: Option<UserBuffer>,
+    /// Its lend id while the queue pair holds it.
+    pub(super) lent: Option<u64>,
+    /// The range of the buffer to write: `start + done .. end` is left.
+    pub(super) start: usize,
+    pub(super) end: usize,
+    pub(super) done: usize,
+    /// Why the write cannot go on, once known; reported when the buffer is back.
+    pub(super) failure: Option<std::io::Error>,
+}
+
+impl RegionWrite {
+    pub(super) fn new(buffer: UserBuffer, start: usize, end: usize) -> Self {
+        RegionWrite {
+            buffer: Some(buffer),
+            lent: None,
+            start,
+            end,
+            done: 0,
+            failure: None,
+        }
+    }
+
+    pub(super) fn remaining(&self) -> usize {
+        self.end - self.start - self.done
+    }
+}
+
+/// A lent buffer and the last send that names it: once that send is no longer outstanding,
+/// the device is done with the buffer.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct LentBuffer {
+    pub(super) lend_id: u64,
+    pub(super) last_send: u64,
+}
+
+/// Drops of a zero-copy write's future hand its buffer to the stream, which frees it once the
+/// device is done with it.
+pub(super) struct RegionWriteGuard<'a> {
+    pub(super) core: &'a super::stream_core::StreamCore,
+    pub(super) op: RegionWrite,
+}
+
+impl Drop for RegionWriteGuard<'_> {
+    fn drop(&mut self) {
+        self.core.abandon_region_write(&mut self.op);
+    }
+}
+
+/// `RStream::write_region` and the write halves': checks the range, then runs the write.
+pub(super) async fn write_region<B: crate::rdma::RegisteredBytes>(
+    core: &super::stream_core::StreamCore,
+    region: B,
+    range: impl std::ops::RangeBounds<usize>,
+) -> (std::io::Result<()>, Option<B>) {
+    use crate::rdma::sealed::Carried;
+    use std::ops::Bound;
+    let len = region.len();
+    let start = match range.start_bound() {
+        Bound::Included(&s) => s,
+        Bound::Excluded(&s) => s.saturating_add(1),
+        Bound::Unbounded => 0,
+    };
+    let end = match range.end_bound() {
+        Bound::Included(&e) => e.saturating_add(1),
+        Bound::Excluded(&e) => e,
+        Bound::Unbounded => len,
+    };
+    if start > end || end > len {
+        let err = crate::error::invalid_input(format!(
+            "range {start}..{end} is outside the {len}-byte region"
+        ));
+        return (Err(err), Some(region));
+    }
+    if start == end {
+        return (Ok(()), Some(region));
+    }
+    let mut guard = RegionWriteGuard {
+        core,
+        op: RegionWrite::new(region.into_user().0, start, end),
+    };
+    let result = std::future::poll_fn(|cx| guard.core.poll_write_region(cx, &mut guard.op)).await;
+    let region = guard.op.buffer.take().map(|b| B::from_user(Carried(b)));
+    (result, region)
+}
