@@ -1,5 +1,6 @@
 //! `RStream` benchmarks: QD=1 ping-pong latency (64 B, 4 KiB, 64 KiB; p50/p99 of the round
-//! trips from an HDR histogram) and streaming throughput (64 KiB and 1 MiB writes).
+//! trips from an HDR histogram) and streaming throughput (64 KiB and 1 MiB writes, copied and
+//! zero-copy from registered memory with `write_region`).
 //!
 //! Needs an RDMA device: run through `scripts/bench` (Soft-RoCE in a guest where there is none).
 //! The C rsockets and TCP comparison of the same exchange is `scripts/compare`.
@@ -114,6 +115,31 @@ fn streaming(c: &mut Criterion) {
                         .expect("header");
                     for _ in 0..iters {
                         stream.write_all(&msg).await.expect("write");
+                    }
+                    let mut ack = [0u8; 1];
+                    stream.read_exact(&mut ack).await.expect("ack");
+                    start.elapsed()
+                }
+            });
+        });
+        // The same from registered memory, without a copy into the send ring.
+        let id = BenchmarkId::new("zero_copy", size);
+        group.bench_with_input(id, &size, |b, &size| {
+            b.to_async(&rt).iter_custom(|iters| {
+                let client = client.clone();
+                async move {
+                    let mut stream = client.lock().await;
+                    let mut region = stream.context().reg_msgs(size).expect("register");
+                    region.fill(9);
+                    let start = Instant::now();
+                    stream
+                        .write_all(&(iters * size as u64).to_le_bytes())
+                        .await
+                        .expect("header");
+                    for _ in 0..iters {
+                        let (written, back) = stream.write_region(region, ..).await;
+                        written.expect("write_region");
+                        region = back.expect("the region comes back");
                     }
                     let mut ack = [0u8; 1];
                     stream.read_exact(&mut ack).await.expect("ack");
