@@ -9,7 +9,7 @@ use super::imm::{CtrlCode, Op};
 use super::plan::{ControlKind, ControlWrite, DataWrite};
 use super::receiver::{CreditUpdate, Receiver};
 use super::ring::Segments;
-use super::sender::{Sender, WriteBlocked, WriteCall};
+use super::sender::{Chunk, Sender, WriteBlocked, WriteCall};
 use super::sge::{ByteOrder, RsSge};
 use super::state::ConnState;
 use super::wr::{SendKind, SendQueue};
@@ -197,8 +197,13 @@ impl Connection {
             .sender
             .next_chunk(call, remaining)
             .map_err(WriteError::Blocked)?;
+        Ok(self.data_write(chunk))
+    }
+
+    /// Records `chunk` as an outstanding send and returns its write.
+    fn data_write(&mut self, chunk: Chunk) -> DataWrite {
         let wr_id = self.sends.push(SendKind::Data { len: chunk.len });
-        Ok(DataWrite {
+        DataWrite {
             wr_id,
             len: chunk.len as usize,
             sbuf: chunk.sbuf,
@@ -206,7 +211,7 @@ impl Connection {
             remote_addr: chunk.remote_addr,
             rkey: chunk.rkey,
             imm: Op::Data(chunk.len).encode(),
-        })
+        }
     }
 
     /// Plan the next chunk of a zero-copy write (sent from the caller's registered memory, not
@@ -228,16 +233,7 @@ impl Connection {
             .sender
             .next_external_chunk(call, remaining)
             .map_err(WriteError::Blocked)?;
-        let wr_id = self.sends.push(SendKind::Data { len: chunk.len });
-        Ok(DataWrite {
-            wr_id,
-            len: chunk.len as usize,
-            sbuf: chunk.sbuf,
-            inline: false,
-            remote_addr: chunk.remote_addr,
-            rkey: chunk.rkey,
-            imm: Op::Data(chunk.len).encode(),
-        })
+        Ok(self.data_write(chunk))
     }
 
     /// Whether the send `wr_id` was posted and has not completed yet.

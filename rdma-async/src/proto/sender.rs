@@ -144,13 +144,13 @@ impl Sender {
         }
     }
 
-    /// Decide the next chunk of a call with `remaining > 0` bytes left, and account for it
-    /// before returning (C: "update target SGE before sending data").
-    pub(crate) fn next_chunk(
-        &mut self,
+    /// The length of the next chunk of a call with `remaining > 0` bytes left, and the target
+    /// buffer it goes to, or why none can go now.
+    fn chunk_len(
+        &self,
         call: &mut WriteCall,
         remaining: usize,
-    ) -> Result<Chunk, WriteBlocked> {
+    ) -> Result<(u32, RsSge), WriteBlocked> {
         if let Some(reason) = self.blocked() {
             return Err(reason);
         }
@@ -159,6 +159,17 @@ impl Sender {
             .take(remaining)
             .min(self.sbuf_bytes_avail)
             .min(target.length);
+        Ok((len, target))
+    }
+
+    /// Decide the next chunk of a call with `remaining > 0` bytes left, and account for it
+    /// before returning (C: "update target SGE before sending data").
+    pub(crate) fn next_chunk(
+        &mut self,
+        call: &mut WriteCall,
+        remaining: usize,
+    ) -> Result<Chunk, WriteBlocked> {
+        let (len, target) = self.chunk_len(call, remaining)?;
         // len > 0: remaining > 0, sbuf_bytes_avail >= 2048 and target.length > 0.
         let inline = len <= self.inline_size;
         let sbuf = if inline {
@@ -207,14 +218,7 @@ impl Sender {
         call: &mut WriteCall,
         remaining: usize,
     ) -> Result<Chunk, WriteBlocked> {
-        if let Some(reason) = self.blocked() {
-            return Err(reason);
-        }
-        let target = self.target_sgl[self.target_sge];
-        let len = call
-            .take(remaining)
-            .min(self.sbuf_bytes_avail)
-            .min(target.length);
+        let (len, target) = self.chunk_len(call, remaining)?;
         let remote_addr = self.charge(len);
         Ok(Chunk {
             len,

@@ -184,7 +184,7 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
 }
 
 /// `range` of a `len`-byte buffer as (offset, length).
-pub(super) fn span(len: usize, range: impl RangeBounds<usize>) -> io::Result<(usize, usize)> {
+pub(crate) fn span(len: usize, range: impl RangeBounds<usize>) -> io::Result<(usize, usize)> {
     let start = match range.start_bound() {
         Bound::Included(&s) => s,
         Bound::Excluded(&s) => s.saturating_add(1),

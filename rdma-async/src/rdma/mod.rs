@@ -44,6 +44,7 @@ mod region;
 mod remote;
 mod srq;
 
+pub(crate) use connection::span;
 pub use connection::{RdmaConnection, Received};
 pub use options::RdmaOptions;
 pub use region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion};

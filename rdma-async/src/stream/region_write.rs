@@ -66,24 +66,11 @@ pub(super) async fn write_region<B: crate::rdma::RegisteredBytes>(
     range: impl std::ops::RangeBounds<usize>,
 ) -> (std::io::Result<()>, Option<B>) {
     use crate::rdma::sealed::Carried;
-    use std::ops::Bound;
-    let len = region.len();
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.saturating_add(1),
-        Bound::Unbounded => 0,
+    let (start, len) = match crate::rdma::span(region.len(), range) {
+        Ok(span) => span,
+        Err(err) => return (Err(err), Some(region)),
     };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.saturating_add(1),
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => len,
-    };
-    if start > end || end > len {
-        let err = crate::error::invalid_input(format!(
-            "range {start}..{end} is outside the {len}-byte region"
-        ));
-        return (Err(err), Some(region));
-    }
+    let end = start + len;
     if start == end {
         return (Ok(()), Some(region));
     }
