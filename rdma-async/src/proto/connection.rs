@@ -187,16 +187,23 @@ impl Connection {
         call: &mut WriteCall,
         remaining: usize,
     ) -> Result<DataWrite, WriteError> {
+        self.prepare_chunk(remaining, |sender| sender.next_chunk(call, remaining))
+    }
+
+    /// Checks the connection can write `remaining` (> 0) bytes, lets `next` plan the chunk,
+    /// and records it as an outstanding send.
+    fn prepare_chunk(
+        &mut self,
+        remaining: usize,
+        next: impl FnOnce(&mut Sender) -> Result<Chunk, WriteBlocked>,
+    ) -> Result<DataWrite, WriteError> {
         self.write_readiness()?;
         if remaining == 0 {
             return Err(WriteError::Failed(ProtoError::usage(
-                "prepare_write with 0 bytes (a 0-byte write sends nothing)",
+                "a 0-byte write sends nothing: no chunk to prepare",
             )));
         }
-        let chunk = self
-            .sender
-            .next_chunk(call, remaining)
-            .map_err(WriteError::Blocked)?;
+        let chunk = next(&mut self.sender).map_err(WriteError::Blocked)?;
         Ok(self.data_write(chunk))
     }
 
@@ -223,17 +230,9 @@ impl Connection {
         call: &mut WriteCall,
         remaining: usize,
     ) -> Result<DataWrite, WriteError> {
-        self.write_readiness()?;
-        if remaining == 0 {
-            return Err(WriteError::Failed(ProtoError::usage(
-                "prepare_external_write with 0 bytes",
-            )));
-        }
-        let chunk = self
-            .sender
-            .next_external_chunk(call, remaining)
-            .map_err(WriteError::Blocked)?;
-        Ok(self.data_write(chunk))
+        self.prepare_chunk(remaining, |sender| {
+            sender.next_external_chunk(call, remaining)
+        })
     }
 
     /// Whether the send `wr_id` was posted and has not completed yet.

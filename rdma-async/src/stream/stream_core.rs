@@ -435,6 +435,17 @@ impl StreamCore {
             }
             Payload::Segments(&segments[..ring.len()])
         };
+        self.post_data_write(state, write, payload)
+    }
+
+    /// Posts the data write `write` (an RDMA write with its DATA immediate) from `payload`; a
+    /// failure ends the connection.
+    fn post_data_write(
+        &self,
+        state: &mut CoreState,
+        write: &DataWrite,
+        payload: Payload<'_>,
+    ) -> io::Result<()> {
         let req = WorkRequest {
             wr_id: write.wr_id,
             opcode: Opcode::Write {
@@ -555,28 +566,15 @@ impl StreamCore {
                     break;
                 }
             };
-            let req = WorkRequest {
-                wr_id: write.wr_id,
-                opcode: Opcode::Write {
-                    remote_addr: write.remote_addr,
-                    rkey: write.rkey,
-                    imm: Some(write.imm),
-                },
-                payload: Payload::Lent {
-                    id: lend_id,
-                    offset: op.start + op.done,
-                    len: write.len,
-                },
-                signaled: true,
+            let payload = Payload::Lent {
+                id: lend_id,
+                offset: op.start + op.done,
+                len: write.len,
             };
-            if let Err(e) = self.qp.post(&req) {
-                state.post_failed = true;
-                op.failure = Some(self.fatal(state, e));
+            if let Err(e) = self.post_data_write(state, &write, payload) {
+                op.failure = Some(e);
                 break;
             }
-            state.stats.data_writes += 1;
-            state.stats.post_send_calls += 1;
-            state.stats.bytes_sent += write.len as u64;
             state.stats.zero_copy_bytes += write.len as u64;
             state.write_probe.disarm();
             op.done += write.len;
