@@ -36,6 +36,31 @@ struct ibv_mr *rdma_async_reg_mr(struct ibv_pd *pd, void *addr, size_t length, i
 	return ibv_reg_mr(pd, addr, length, access);
 }
 
+struct ibv_mr *rdma_async_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+					int access)
+{
+	return ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access);
+}
+
+int rdma_async_query_odp_caps(struct ibv_context *context, uint64_t *general_caps, uint32_t *rc_odp_caps)
+{
+	struct ibv_device_attr_ex attr = { 0 };
+	int ret = ibv_query_device_ex(context, NULL, &attr);
+
+	if (ret)
+		return ret;
+	*general_caps = attr.odp_caps.general_caps;
+	*rc_odp_caps = attr.odp_caps.per_transport_caps.rc_odp_caps;
+	return 0;
+}
+
+int rdma_async_prefetch_mr(struct ibv_pd *pd, uint64_t addr, uint32_t length, uint32_t lkey)
+{
+	struct ibv_sge sge = { .addr = addr, .length = length, .lkey = lkey };
+
+	return ibv_advise_mr(pd, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE, IBV_ADVISE_MR_FLAG_FLUSH, &sge, 1);
+}
+
 struct sockaddr *rdma_async_get_local_addr(struct rdma_cm_id *id)
 {
 	return rdma_get_local_addr(id);

@@ -14,6 +14,13 @@ int rdma_async_poll_cq(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
 int rdma_async_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 int rdma_async_query_port(struct ibv_context *context, uint8_t port_num, struct ibv_port_attr *port_attr);
 struct ibv_mr *rdma_async_reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access);
+/* Registers a dma-buf; returns NULL with errno set (EOPNOTSUPP when the provider cannot). */
+struct ibv_mr *rdma_async_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+					int access);
+/* The device's on-demand paging capabilities (ibv_query_device_ex): 0, or an errno. */
+int rdma_async_query_odp_caps(struct ibv_context *context, uint64_t *general_caps, uint32_t *rc_odp_caps);
+/* Prefetches on-demand-paged memory (ibv_advise_mr, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE): 0, or an errno. */
+int rdma_async_prefetch_mr(struct ibv_pd *pd, uint64_t addr, uint32_t length, uint32_t lkey);
 struct sockaddr *rdma_async_get_local_addr(struct rdma_cm_id *id);
 struct sockaddr *rdma_async_get_peer_addr(struct rdma_cm_id *id);
 

@@ -5111,6 +5111,31 @@ unsafe extern "C" {
     ) -> *mut ibv_mr;
 }
 unsafe extern "C" {
+    pub fn rdma_async_reg_dmabuf_mr(
+        pd: *mut ibv_pd,
+        offset: u64,
+        length: usize,
+        iova: u64,
+        fd: libc::c_int,
+        access: libc::c_int,
+    ) -> *mut ibv_mr;
+}
+unsafe extern "C" {
+    pub fn rdma_async_query_odp_caps(
+        context: *mut ibv_context,
+        general_caps: *mut u64,
+        rc_odp_caps: *mut u32,
+    ) -> libc::c_int;
+}
+unsafe extern "C" {
+    pub fn rdma_async_prefetch_mr(
+        pd: *mut ibv_pd,
+        addr: u64,
+        length: u32,
+        lkey: u32,
+    ) -> libc::c_int;
+}
+unsafe extern "C" {
     pub fn rdma_async_get_local_addr(id: *mut rdma_cm_id) -> *mut sockaddr;
 }
 unsafe extern "C" {

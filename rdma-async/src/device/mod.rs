@@ -9,8 +9,13 @@ use rdma_async_sys as sys;
 use crate::verbs::DeviceList;
 
 mod context;
+mod memory;
+mod pool;
 
+pub use crate::verbs::ForeignMemory;
 pub use context::DeviceContext;
+pub use memory::OnDemandPaging;
+pub use pool::{BufferPool, PoolOptions, PoolStats};
 
 /// An RDMA device, as `ibv_devices` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -214,6 +214,20 @@ enum OpKind {
 }
 
 impl OpKind {
+    /// Refuses memory the device may not write (a read-only file mapping) as the destination of
+    /// a receive, an RDMA read or an atomic's result.
+    fn check_destination<B: RegisteredBytes>(self, buf: &B) -> io::Result<()> {
+        let writes_local = matches!(self, OpKind::Recv | OpKind::Read(_) | OpKind::Atomic(..));
+        if writes_local && !buf.user().0.registered().locally_writable() {
+            return Err(error::invalid_input(format!(
+                "{}: the region is read-only (a mapped file); it can be the source of sends, \
+                 writes and remote reads, not a destination",
+                self.describe()
+            )));
+        }
+        Ok(())
+    }
+
     fn describe(self) -> String {
         match self {
             OpKind::Send => "send".to_owned(),
@@ -533,7 +547,10 @@ impl RdmaConnection {
         let mut bad = None;
         for (i, (buf, range)) in bufs.into_iter().enumerate() {
             if bad.is_none() {
-                bad = self.own(&buf).err();
+                bad = self
+                    .own(&buf)
+                    .and_then(|()| op.check_destination(&buf))
+                    .err();
             }
             segments.push(Segment {
                 buffer: i,

@@ -48,6 +48,6 @@ pub(crate) use connection::span;
 pub use connection::{RdmaConnection, Received};
 pub use options::RdmaOptions;
 pub use region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion};
-pub(crate) use region::{adopt, allocate, bytes_mut_to_vec, sealed};
+pub(crate) use region::{adopt, allocate, bytes_mut_to_vec, check_len, foreign_region, sealed};
 pub use remote::{RemoteRegion, RemoteSlice};
 pub use srq::SharedReceiveQueue;

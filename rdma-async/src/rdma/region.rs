@@ -99,7 +99,7 @@ impl BitOr for RemoteAccess {
 /// Largest region: a scatter/gather entry and a [`RemoteRegion`] carry 32-bit lengths.
 const MAX_REGION: usize = u32::MAX as usize;
 
-fn check_len(len: usize) -> io::Result<()> {
+pub(crate) fn check_len(len: usize) -> io::Result<()> {
     if len == 0 || len > MAX_REGION {
         return Err(error::invalid_input(format!(
             "a registered region must have 1 to {MAX_REGION} bytes, not {len}"

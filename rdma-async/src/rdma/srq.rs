@@ -130,9 +130,16 @@ impl SharedReceiveQueue {
             Ok(s) => s,
             Err(e) => return (Err(e), buf),
         };
-        let pd = buf.user().0.registered().pd();
+        let registered = buf.user().0.registered();
+        let pd = registered.pd();
         if !Arc::ptr_eq(pd, &self.inner.pd) {
             return (Err(foreign_region(pd, &self.inner.pd)), buf);
+        }
+        if !registered.locally_writable() {
+            let e = crate::error::invalid_input(
+                "receive: the region is read-only (a mapped file) and cannot take a message",
+            );
+            return (Err(e), buf);
         }
         let segments = [Segment {
             buffer: 0,

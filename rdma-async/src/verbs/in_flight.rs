@@ -12,45 +12,9 @@ use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use super::memory::RegisteredBuffer;
+use super::user_buffer::UserBuffer;
 use super::work::{WcStatus, WorkCompletion};
 use crate::error;
-
-/// Caller-owned registered memory: the only kind a table accepts.
-///
-/// Outside a table nothing is posted on it, so memory that no peer can reach may be viewed as a
-/// slice. (The crate's own ring and slot buffers are [`RegisteredBuffer`]s that stay posted; they
-/// can never become a `UserBuffer`.)
-#[derive(Debug)]
-pub(crate) struct UserBuffer(RegisteredBuffer);
-
-impl UserBuffer {
-    pub(crate) fn new(buffer: RegisteredBuffer) -> Self {
-        UserBuffer(buffer)
-    }
-
-    pub(crate) fn registered(&self) -> &RegisteredBuffer {
-        &self.0
-    }
-
-    /// Deregisters and returns the bytes.
-    pub(crate) fn into_vec(self) -> Vec<u8> {
-        self.0.into_vec()
-    }
-
-    /// The bytes, when no peer can reach them (`None` for remotely accessible memory).
-    pub(crate) fn as_slice(&self) -> Option<&[u8]> {
-        // SAFETY: a `UserBuffer` outside a table has no work request outstanding (posting moves
-        // it into the table, and it comes back only after its completion was polled).
-        unsafe { self.0.local_slice() }
-    }
-
-    /// The bytes, mutably, when no peer can reach them.
-    pub(crate) fn as_mut_slice(&mut self) -> Option<&mut [u8]> {
-        // SAFETY: as in `as_slice`.
-        unsafe { self.0.local_slice_mut() }
-    }
-}
 
 /// The buffers a work request uses, held by its slot while it is outstanding.
 #[derive(Debug, Default)]

@@ -1,20 +1,27 @@
-//! Registered memory owned by the crate: page-aligned allocations, or a caller's `Vec<u8>` whose
-//! ownership moves in for as long as it is registered.
+//! Registered memory: page-aligned allocations, a caller's `Vec<u8>` whose ownership moves in for
+//! as long as it is registered, huge pages, read-only file mappings, caller-owned memory and
+//! dma-bufs.
 
 use std::alloc::{self, Layout};
+use std::any::Any;
+use std::fs::File;
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
+use super::foreign_memory::ForeignMemory;
+use super::mapping::Mapping;
 use super::protection_domain::ProtectionDomain;
 use super::resource_limits::{
     DeviceLimits, MEMORY_REGIONS, Memlock, Resource, injected_failure, registration_error,
 };
 use crate::error;
 
-/// A heap buffer registered with a protection domain (page-aligned when the crate allocates it).
+/// Memory registered with a protection domain.
 ///
 /// The device may write this memory at any time while a receive (or, with remote-write access,
 /// a peer's RDMA write) is outstanding, so no Rust reference to it is ever created: data moves in
@@ -23,7 +30,10 @@ use crate::error;
 /// in fields declared after their queue pair).
 #[derive(Debug)]
 pub(crate) struct RegisteredBuffer {
+    /// The first byte (dangling for a dma-buf, which has no CPU mapping: never dereferenced).
     ptr: NonNull<u8>,
+    /// The address work requests name: `ptr`, or the I/O virtual address of a dma-buf.
+    iova: u64,
     len: usize,
     backing: Backing,
     access: Access,
@@ -39,6 +49,34 @@ enum Backing {
     /// The parts of a `Vec<u8>` (length `len`, this capacity), taken apart so that no `Vec` (and
     /// so no unique reference) exists while the device owns the bytes.
     Vec { capacity: usize },
+    /// Anonymous huge pages, unmapped after deregistration.
+    Huge(#[allow(dead_code, reason = "held to unmap after deregistration")] Mapping),
+    /// A read-only mapping of `file` at `offset`. The CPU reads through the file (`pread`), not
+    /// the mapping, so a file truncated by another process gives an error rather than `SIGBUS`.
+    File {
+        _mapping: Mapping,
+        file: File,
+        offset: u64,
+    },
+    /// Memory the caller owns; this value (its owner) is dropped after deregistration.
+    Foreign(
+        #[allow(dead_code, reason = "dropped after deregistration")] Box<dyn Any + Send + Sync>,
+    ),
+    /// A dma-buf (device memory, no CPU mapping here); the descriptor closes after
+    /// deregistration.
+    DmaBuf(#[allow(dead_code, reason = "closed after deregistration")] OwnedFd),
+    /// Deregistered and freed (or leaked) already.
+    Released,
+}
+
+/// What the CPU may do with a registration's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CpuAccess {
+    ReadWrite,
+    /// Only reads, through the file.
+    ReadOnlyFile,
+    /// None: device memory.
+    Nothing,
 }
 
 // SAFETY: the buffer is plain memory plus a thread-safe verbs registration; all access goes
@@ -56,14 +94,36 @@ pub(crate) struct Access {
     pub(crate) remote_atomic: bool,
 }
 
+/// How a registration is made, besides its remote access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RegFlags {
+    /// `IBV_ACCESS_LOCAL_WRITE`: the device may write the memory (receives, RDMA read results).
+    pub(crate) local_write: bool,
+    /// `IBV_ACCESS_ON_DEMAND`: pages are faulted in by the device rather than pinned.
+    pub(crate) on_demand: bool,
+}
+
+impl RegFlags {
+    pub(crate) const PINNED: RegFlags = RegFlags {
+        local_write: true,
+        on_demand: false,
+    };
+}
+
 impl Access {
     /// Whether a peer can reach the memory at all.
     pub(crate) fn is_remote(self) -> bool {
         self.remote_read || self.remote_write || self.remote_atomic
     }
 
-    fn flags(self) -> i32 {
-        let mut flags = sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+    fn flags(self, reg: RegFlags) -> i32 {
+        let mut flags = 0;
+        if reg.local_write {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
+        }
+        if reg.on_demand {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_ON_DEMAND;
+        }
         if self.remote_read {
             flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
         }
@@ -89,19 +149,48 @@ unsafe fn register(
     ptr: NonNull<u8>,
     len: usize,
     access: Access,
+    reg: RegFlags,
 ) -> io::Result<NonNull<sys::ibv_mr>> {
-    let result = match injected_failure(Resource::MemoryRegion) {
+    // SAFETY: the caller's contract.
+    let result = unsafe { try_register(pd, ptr, len, access, reg) };
+    registered(pd, len, result)
+}
+
+/// `ibv_reg_mr`, with the errno of a failure.
+///
+/// # Safety
+///
+/// As [`register`].
+unsafe fn try_register(
+    pd: &ProtectionDomain,
+    ptr: NonNull<u8>,
+    len: usize,
+    access: Access,
+    reg: RegFlags,
+) -> Result<NonNull<sys::ibv_mr>, i32> {
+    match injected_failure(Resource::MemoryRegion) {
         Some(errno) => Err(errno),
         // SAFETY: `pd` is live; the caller guarantees the memory outlives the registration.
         None => NonNull::new(unsafe {
-            sys::rdma_async_reg_mr(pd.as_ptr(), ptr.as_ptr().cast(), len, access.flags())
+            sys::rdma_async_reg_mr(pd.as_ptr(), ptr.as_ptr().cast(), len, access.flags(reg))
         })
-        .ok_or_else(|| {
-            io::Error::last_os_error()
-                .raw_os_error()
-                .unwrap_or(libc::EIO)
-        }),
-    };
+        .ok_or_else(last_errno),
+    }
+}
+
+/// The errno of the call that just failed.
+fn last_errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+/// Counts a registration of `len` bytes, or explains why it failed.
+fn registered(
+    pd: &ProtectionDomain,
+    len: usize,
+    result: Result<NonNull<sys::ibv_mr>, i32>,
+) -> io::Result<NonNull<sys::ibv_mr>> {
     match result {
         Ok(mr) => {
             MEMORY_REGIONS.created(len);
@@ -136,6 +225,16 @@ unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> bool {
 impl RegisteredBuffer {
     /// Allocates `len` zeroed bytes and registers them for local write (and `access`).
     pub(crate) fn new(pd: Arc<ProtectionDomain>, len: usize, access: Access) -> io::Result<Self> {
+        Self::allocated(pd, len, access, RegFlags::PINNED)
+    }
+
+    /// Allocates `len` zeroed bytes and registers them with `reg`.
+    pub(crate) fn allocated(
+        pd: Arc<ProtectionDomain>,
+        len: usize,
+        access: Access,
+        reg: RegFlags,
+    ) -> io::Result<Self> {
         let page = 4096;
         let layout = Layout::from_size_align(len.max(1), page)
             .map_err(|_| error::invalid_input("registered buffer size overflows"))?;
@@ -148,7 +247,7 @@ impl RegisteredBuffer {
         })?;
         // SAFETY: the memory is a live allocation of `layout.size()` bytes that stays allocated
         // until after the registration is dropped.
-        let mr = match unsafe { register(&pd, ptr, layout.size(), access) } {
+        let mr = match unsafe { register(&pd, ptr, layout.size(), access, reg) } {
             Ok(mr) => mr,
             Err(err) => {
                 // SAFETY: allocated above with this layout and not registered.
@@ -156,14 +255,33 @@ impl RegisteredBuffer {
                 return Err(err);
             }
         };
-        Ok(RegisteredBuffer {
+        Ok(Self::assemble(
             ptr,
-            len: layout.size(),
-            backing: Backing::Allocated(layout),
+            layout.size(),
+            Backing::Allocated(layout),
             access,
             mr,
             pd,
-        })
+        ))
+    }
+
+    fn assemble(
+        ptr: NonNull<u8>,
+        len: usize,
+        backing: Backing,
+        access: Access,
+        mr: NonNull<sys::ibv_mr>,
+        pd: Arc<ProtectionDomain>,
+    ) -> Self {
+        RegisteredBuffer {
+            ptr,
+            iova: ptr.as_ptr() as u64,
+            len,
+            backing,
+            access,
+            mr,
+            pd,
+        }
     }
 
     /// Registers the bytes of `vec` (its length, not its spare capacity), taking ownership of it
@@ -182,7 +300,7 @@ impl RegisteredBuffer {
             .ok_or_else(|| error::invalid_input("vector has no allocation"))?;
         // SAFETY: `ptr` is the vector's live allocation of at least `len` bytes; it is freed only
         // in `Drop`/`into_vec`, after deregistration.
-        let mr = match unsafe { register(&pd, ptr, len, access) } {
+        let mr = match unsafe { register(&pd, ptr, len, access, RegFlags::PINNED) } {
             Ok(mr) => mr,
             Err(err) => {
                 // SAFETY: the parts of the vector taken apart above, never registered.
@@ -190,44 +308,219 @@ impl RegisteredBuffer {
                 return Err(err);
             }
         };
-        Ok(RegisteredBuffer {
+        Ok(Self::assemble(
             ptr,
             len,
-            backing: Backing::Vec { capacity },
+            Backing::Vec { capacity },
             access,
             mr,
             pd,
-        })
+        ))
     }
 
-    /// Deregisters the memory and returns it as a vector (a copy when the crate allocated it,
-    /// or when deregistration failed and the original must be leaked).
-    pub(crate) fn into_vec(self) -> Vec<u8> {
-        let this = std::mem::ManuallyDrop::new(self);
-        // SAFETY: the registration is live and deregistered once; `this` is never dropped.
-        let deregistered = unsafe { deregister(this.mr, this.len) };
-        // SAFETY: reading the Arc out of a ManuallyDrop that is never used again moves it.
-        drop(unsafe { std::ptr::read(&this.pd) });
-        match (deregistered, &this.backing) {
-            // SAFETY: the vector's own parts; deregistered above, so nothing else can write it.
-            (true, Backing::Vec { capacity }) => unsafe {
-                Vec::from_raw_parts(this.ptr.as_ptr(), this.len, *capacity)
-            },
-            (_, backing) => {
-                let mut out = vec![0; this.len];
-                // SAFETY: the allocation is live for `len` bytes; `out` is separate memory.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(this.ptr.as_ptr(), out.as_mut_ptr(), this.len)
-                };
-                match backing {
-                    // SAFETY: allocated in `new` with this layout, no longer registered.
-                    Backing::Allocated(layout) if deregistered => unsafe {
-                        alloc::dealloc(this.ptr.as_ptr(), *layout)
-                    },
-                    // Still registered (a peer might write it): leak it.
-                    _ => tracing::warn!("ibv_dereg_mr failed; leaking the memory"),
+    /// `len` zeroed bytes of anonymous huge pages, registered for local write (and `access`).
+    pub(crate) fn huge(pd: Arc<ProtectionDomain>, len: usize, access: Access) -> io::Result<Self> {
+        let mapping = Mapping::huge(len)?;
+        let ptr = mapping.ptr();
+        // SAFETY: the mapping covers at least `len` bytes and is unmapped only after the
+        // registration is dropped (it is this buffer's backing).
+        let mr = unsafe { register(&pd, ptr, len, access, RegFlags::PINNED) }?;
+        Ok(Self::assemble(
+            ptr,
+            len,
+            Backing::Huge(mapping),
+            access,
+            mr,
+            pd,
+        ))
+    }
+
+    /// `len` bytes of `file` from `offset`, mapped read-only and registered without local write:
+    /// the source of sends and RDMA writes, and (with `access`) of a peer's RDMA reads.
+    pub(crate) fn file(
+        pd: Arc<ProtectionDomain>,
+        file: &File,
+        offset: u64,
+        len: usize,
+        access: Access,
+    ) -> io::Result<Self> {
+        if access.remote_write || access.remote_atomic {
+            return Err(error::invalid_input(
+                "a file is mapped read-only: a peer may only read it",
+            ));
+        }
+        let reg = RegFlags {
+            local_write: false,
+            on_demand: false,
+        };
+        let mut mapping = Mapping::file_read_only(file, offset, len, true)?;
+        // SAFETY: the mapping covers `len` bytes and is unmapped only after the registration
+        // is dropped (it moves into the backing).
+        let mut result = unsafe { try_register(&pd, mapping.ptr(), len, access, reg) };
+        if result == Err(libc::EFAULT) {
+            // Kernels before 6.2 pin even read-only registrations for write, which a shared
+            // read-only mapping refuses; a private one is copied on write instead.
+            mapping = Mapping::file_read_only(file, offset, len, false)?;
+            // SAFETY: as above, for the new mapping.
+            result = unsafe { try_register(&pd, mapping.ptr(), len, access, reg) };
+        }
+        let mr = registered(&pd, len, result)?;
+        let ptr = mapping.ptr();
+        let backing = Backing::File {
+            _mapping: mapping,
+            file: file.try_clone()?,
+            offset,
+        };
+        Ok(Self::assemble(ptr, len, backing, access, mr, pd))
+    }
+
+    /// Registers memory the caller vouched for; its owner is dropped after deregistration.
+    pub(crate) fn foreign(
+        pd: Arc<ProtectionDomain>,
+        memory: ForeignMemory,
+        access: Access,
+    ) -> io::Result<Self> {
+        // SAFETY: `ForeignMemory::new`'s contract: the memory stays allocated until the owner is
+        // dropped, which this buffer does only after deregistration.
+        let mr = unsafe { register(&pd, memory.ptr, memory.len, access, RegFlags::PINNED) }?;
+        Ok(Self::assemble(
+            memory.ptr,
+            memory.len,
+            Backing::Foreign(memory.owner),
+            access,
+            mr,
+            pd,
+        ))
+    }
+
+    /// Registers `len` bytes at `offset` of the dma-buf `fd` (`ibv_reg_dmabuf_mr`), named by
+    /// work requests at I/O virtual address `iova`.
+    pub(crate) fn dmabuf(
+        pd: Arc<ProtectionDomain>,
+        fd: OwnedFd,
+        offset: u64,
+        len: usize,
+        iova: u64,
+        access: Access,
+    ) -> io::Result<Self> {
+        if iova.checked_add(len as u64).is_none() {
+            return Err(error::invalid_input(
+                "the dma-buf's I/O address range wraps around",
+            ));
+        }
+        let result = match injected_failure(Resource::MemoryRegion) {
+            Some(errno) => Err(errno),
+            // SAFETY: `pd` is live and `fd` open; the kernel checks the range against the
+            // dma-buf and keeps its own reference to it while registered.
+            None => NonNull::new(unsafe {
+                sys::rdma_async_reg_dmabuf_mr(
+                    pd.as_ptr(),
+                    offset,
+                    len,
+                    iova,
+                    fd.as_raw_fd(),
+                    access.flags(RegFlags::PINNED),
+                )
+            })
+            .ok_or_else(last_errno),
+        };
+        let mr = match result {
+            Err(errno) if errno == libc::EOPNOTSUPP || errno == libc::ENOSYS => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "RDMA device {} cannot register dma-bufs (ibv_reg_dmabuf_mr: {})",
+                        pd.device_name(),
+                        io::Error::from_raw_os_error(errno)
+                    ),
+                ));
+            }
+            other => registered(&pd, len, other)?,
+        };
+        let mut buffer = Self::assemble(
+            NonNull::dangling(),
+            len,
+            Backing::DmaBuf(fd),
+            access,
+            mr,
+            pd,
+        );
+        buffer.iova = iova;
+        Ok(buffer)
+    }
+
+    /// What the CPU may do with the bytes.
+    pub(crate) fn cpu_access(&self) -> CpuAccess {
+        match self.backing {
+            Backing::File { .. } => CpuAccess::ReadOnlyFile,
+            Backing::DmaBuf(_) | Backing::Released => CpuAccess::Nothing,
+            _ => CpuAccess::ReadWrite,
+        }
+    }
+
+    /// Whether the device may write the memory (it was registered with local write).
+    pub(crate) fn locally_writable(&self) -> bool {
+        !matches!(self.backing, Backing::File { .. })
+    }
+
+    /// Deregisters the memory once and hands back its backing to free, or `None` when it was
+    /// released already or deregistration failed (then the memory is leaked: a peer or the device
+    /// might still write it).
+    fn release(&mut self) -> Option<Backing> {
+        let backing = std::mem::replace(&mut self.backing, Backing::Released);
+        if matches!(backing, Backing::Released) {
+            return None;
+        }
+        // SAFETY: the registration is live (the backing was not released) and deregistered once.
+        if unsafe { deregister(self.mr, self.len) } {
+            Some(backing)
+        } else {
+            tracing::warn!(len = self.len, "ibv_dereg_mr failed; leaking the memory");
+            std::mem::forget(backing);
+            None
+        }
+    }
+
+    /// Frees `backing`, released from this buffer.
+    fn free(&self, backing: Backing) {
+        match backing {
+            // SAFETY: allocated in `allocated` with this layout; deregistered, and no reference
+            // into it exists.
+            Backing::Allocated(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) },
+            Backing::Vec { capacity } => {
+                // SAFETY: the parts of the vector `from_vec` took apart; deregistered, and no
+                // reference into it exists.
+                drop(unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, capacity) });
+            }
+            // Unmaps, drops the caller's owner, or closes the dma-buf.
+            other => drop(other),
+        }
+    }
+
+    /// Deregisters the memory and returns it as a vector (a copy unless it came from a vector;
+    /// empty for a dma-buf, whose bytes the CPU cannot read here).
+    pub(crate) fn into_vec(mut self) -> Vec<u8> {
+        let copy = match self.backing {
+            Backing::Vec { .. } => None,
+            _ => {
+                let mut out = vec![0; self.len];
+                if self.read_at(0, &mut out).is_err() {
+                    out.clear();
                 }
-                out
+                Some(out)
+            }
+        };
+        let Some(backing) = self.release() else {
+            return copy.unwrap_or_default();
+        };
+        match (backing, copy) {
+            // SAFETY: the vector's own parts; deregistered, so nothing else can write them.
+            (Backing::Vec { capacity }, None) => unsafe {
+                Vec::from_raw_parts(self.ptr.as_ptr(), self.len, capacity)
+            },
+            (backing, copy) => {
+                self.free(backing);
+                copy.unwrap_or_default()
             }
         }
     }
@@ -255,7 +548,7 @@ impl RegisteredBuffer {
     pub(crate) unsafe fn local_slice(&self) -> Option<&[u8]> {
         // SAFETY: without remote access only this process's work requests can write the memory,
         // and the caller guarantees none is outstanding; `ptr..ptr + len` is live.
-        (!self.access.is_remote())
+        (!self.access.is_remote() && self.cpu_access() == CpuAccess::ReadWrite)
             .then(|| unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
     }
 
@@ -266,13 +559,31 @@ impl RegisteredBuffer {
     /// As [`Self::local_slice`].
     pub(crate) unsafe fn local_slice_mut(&mut self) -> Option<&mut [u8]> {
         // SAFETY: as in `local_slice`; `&mut self` makes the view unique.
-        (!self.access.is_remote())
+        (!self.access.is_remote() && self.cpu_access() == CpuAccess::ReadWrite)
             .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
+    }
+
+    /// A view of `len` bytes at `offset`, only for memory that no peer can reach (`None` for
+    /// other memory or a range outside the buffer).
+    ///
+    /// # Safety
+    ///
+    /// No work request may be outstanding on the range while the view lives, and no other view
+    /// of it may exist (the caller owns the range, as a pool's slice does).
+    #[allow(clippy::mut_from_ref, reason = "the caller owns the range exclusively")]
+    pub(crate) unsafe fn local_range_mut(&self, offset: usize, len: usize) -> Option<&mut [u8]> {
+        if self.access.is_remote() || self.cpu_access() != CpuAccess::ReadWrite {
+            return None;
+        }
+        let ptr = self.range_ptr(offset, len).ok()?;
+        // SAFETY: the range is checked to lie in the live allocation; the caller guarantees the
+        // device does not touch it and nothing else views it.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr, len) })
     }
 
     /// The address of byte `offset`, for a scatter/gather entry.
     pub(crate) fn addr(&self, offset: usize) -> u64 {
-        self.ptr.as_ptr() as u64 + offset as u64
+        self.iova + offset as u64
     }
 
     pub(crate) fn lkey(&self) -> u32 {
@@ -301,6 +612,17 @@ impl RegisteredBuffer {
     /// Callers must not have a receive or remote write outstanding on this range (the device
     /// would race the copy); the range check makes any offset safe for memory.
     pub(crate) fn write_at(&self, offset: usize, src: &[u8]) -> io::Result<()> {
+        self.check(offset, src.len())?;
+        match self.cpu_access() {
+            CpuAccess::ReadWrite => {}
+            CpuAccess::ReadOnlyFile => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    "the region is a read-only file mapping",
+                ));
+            }
+            CpuAccess::Nothing => return Err(no_cpu_mapping()),
+        }
         let dst = self.range_ptr(offset, src.len())?;
         // SAFETY: `dst` starts a checked range of the live allocation, and `src` is ordinary Rust
         // memory that cannot overlap it (no reference into the buffer exists).
@@ -310,6 +632,19 @@ impl RegisteredBuffer {
 
     /// Copies `dst.len()` bytes at `offset` out of the buffer.
     pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+        self.check(offset, dst.len())?;
+        match &self.backing {
+            Backing::File {
+                file, offset: base, ..
+            } => {
+                // Through the file: a mapping truncated by another process would raise SIGBUS.
+                return file.read_exact_at(dst, base + offset as u64).map_err(|e| {
+                    io::Error::new(e.kind(), format!("reading the mapped file: {e}"))
+                });
+            }
+            Backing::DmaBuf(_) | Backing::Released => return Err(no_cpu_mapping()),
+            _ => {}
+        }
         let src = self.range_ptr(offset, dst.len())?;
         // SAFETY: as in `write_at`, in the other direction.
         unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
@@ -336,23 +671,18 @@ impl RegisteredBuffer {
     }
 }
 
+/// The error for CPU access to device memory.
+fn no_cpu_mapping() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        "the region is device memory (a dma-buf) with no CPU mapping in this process",
+    )
+}
+
 impl Drop for RegisteredBuffer {
     fn drop(&mut self) {
-        // SAFETY: the registration is live and dropped once, before the memory it covers.
-        if !unsafe { deregister(self.mr, self.len) } {
-            // Still registered: a peer or the device might write it. Leak it.
-            tracing::warn!(len = self.len, "ibv_dereg_mr failed; leaking the memory");
-            return;
-        }
-        match self.backing {
-            // SAFETY: allocated in `new` with this layout; no reference into it exists.
-            Backing::Allocated(layout) => unsafe { alloc::dealloc(self.ptr.as_ptr(), layout) },
-            Backing::Vec { capacity } => {
-                // SAFETY: the parts of the vector `from_vec` took apart; no reference into it
-                // exists.
-                let vec = unsafe { Vec::from_raw_parts(self.ptr.as_ptr(), self.len, capacity) };
-                drop(vec);
-            }
+        if let Some(backing) = self.release() {
+            self.free(backing);
         }
     }
 }

@@ -17,9 +17,12 @@ mod device_list;
 mod event_channel;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod fault_injection;
+mod foreign_memory;
 mod in_flight;
+mod mapping;
 mod memory;
 mod multicast;
+mod odp;
 mod protection_domain;
 #[cfg(feature = "test-hooks")]
 mod qp_attr;
@@ -28,6 +31,7 @@ mod resource_limits;
 mod shared_recv_queue;
 mod sockaddr;
 mod ud_queue_pair;
+mod user_buffer;
 mod work;
 
 pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
@@ -38,14 +42,18 @@ pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use device_attr::IdDevice;
 pub(crate) use device_list::DeviceList;
 pub(crate) use event_channel::{CmEvent, EventChannel, IncomingId, UdParam};
-pub(crate) use in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
-pub(crate) use memory::{Access, RegisteredBuffer};
+pub(crate) use in_flight::{Held, InFlightTable, Ticket, WorkQueue};
+pub(crate) use mapping::huge_page_size;
+pub(crate) use memory::{Access, RegFlags, RegisteredBuffer};
+pub(crate) use odp::{OdpCaps, prefetch};
 pub(crate) use protection_domain::ProtectionDomain;
 pub(crate) use queue_pair::{MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, WorkRequest};
 #[cfg(feature = "test-hooks")]
 pub use resource_limits::Resource;
 pub(crate) use resource_limits::ResourceError;
+pub(crate) use user_buffer::{SlabSlice, SliceHome, UserBuffer};
 // `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
+pub use foreign_memory::ForeignMemory;
 pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
 pub(crate) use shared_recv_queue::SharedRecvQueue;
 pub(crate) use ud_queue_pair::{UdCaps, UdQueuePair, UdSend, port_mtu};

@@ -26,10 +26,11 @@ use rdma_async_sys as sys;
 
 use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
-use super::in_flight::{Held, InFlightTable, Ticket, UserBuffer, WorkQueue};
+use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::memory::RegisteredBuffer;
 use super::protection_domain::ProtectionDomain;
 use super::shared_recv_queue::SharedRecvQueue;
+use super::user_buffer::UserBuffer;
 use crate::error;
 
 /// Queue sizes requested for a queue pair.

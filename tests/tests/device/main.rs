@@ -14,6 +14,8 @@ mod examples;
 mod http;
 mod limits;
 mod mckey;
+mod memory;
+mod pool;
 mod preload;
 mod rdma_ops;
 mod rdma_setup;
