@@ -157,3 +157,87 @@ async fn many_streams_example_echoes_every_connection_and_reports_its_cost() {
         assert!(field(report, "transfers_per_s") > 0.0, "{report}");
     }
 }
+
+/// The line of `output` that starts with `prefix`.
+fn report_line<'a>(output: &'a str, prefix: &str) -> &'a str {
+    output
+        .lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no {prefix:?} line in:\n{output}"))
+}
+
+/// The `fnv1a=` field of a report line.
+fn checksum(line: &str) -> &str {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix("fnv1a="))
+        .unwrap_or_else(|| panic!("no checksum in {line:?}"))
+}
+
+#[rdma_async::test]
+async fn serve_file_example_fetches_a_mapped_file_by_rdma_read_intact() {
+    // /dev/shm: the guest's /tmp is a 9p share, which has no shared mappings.
+    let dir = std::path::Path::new("/dev/shm");
+    let src = dir.join(format!("serve-file-src-{}", std::process::id()));
+    let out = dir.join(format!("serve-file-out-{}", std::process::id()));
+    // Three and a bit chunks of 1 MiB, so the last read is a partial one.
+    let data: Vec<u8> = (0..(3 << 20) + 12_345)
+        .map(|i| (i * 31 % 256) as u8)
+        .collect();
+    std::fs::write(&src, &data).unwrap();
+    let addr = format!("{}:7491", test_ip());
+    let mut server = Tool::spawn(
+        &example("serve_file"),
+        &["server", &addr, src.to_str().unwrap()],
+    );
+    server.wait_for("listening on").await;
+    let (ok, client) = Tool::spawn(
+        &example("serve_file"),
+        &["client", &addr, out.to_str().unwrap()],
+    )
+    .finish()
+    .await;
+    assert!(ok, "the client failed:\n{client}");
+    let (ok, server) = server.finish().await;
+    assert!(ok, "the server failed:\n{server}");
+    let fetched = report_line(&client, "fetched ");
+    let served = report_line(&server, "served ");
+    assert!(
+        fetched.starts_with(&format!("fetched {} bytes", data.len())),
+        "{fetched}"
+    );
+    assert!(
+        served.starts_with(&format!("served {} bytes", data.len())),
+        "{served}"
+    );
+    assert_eq!(checksum(fetched), checksum(served));
+    assert!(
+        std::fs::read(&out).unwrap() == data,
+        "the fetched file differs"
+    );
+    assert!(fetched.contains(", 4 reads,"), "{fetched}");
+    std::fs::remove_file(&src).unwrap();
+    std::fs::remove_file(&out).unwrap();
+}
+
+#[rdma_async::test]
+async fn zero_copy_example_streams_pool_buffers_without_a_copy() {
+    let addr = format!("{}:7492", test_ip());
+    let mut server = Tool::spawn(&example("zero_copy"), &["server", &addr]);
+    server.wait_for("listening on").await;
+    // 3 MiB in 96 KiB regions: not a multiple of the ring size, so chunks straddle its end.
+    let (ok, client) = Tool::spawn(&example("zero_copy"), &["client", &addr, "3", "98304"])
+        .finish()
+        .await;
+    assert!(ok, "the client failed:\n{client}");
+    let (ok, server) = server.finish().await;
+    assert!(ok, "the server failed:\n{server}");
+    let sent = report_line(&client, "sent ");
+    let received = report_line(&server, "received ");
+    assert!(sent.starts_with("sent 3145728 bytes"), "{sent}");
+    assert!(received.starts_with("received 3145728 bytes"), "{received}");
+    assert_eq!(checksum(sent), checksum(received));
+    assert!(
+        sent.contains("zero_copy_bytes=3145728 "),
+        "every byte went by zero copy: {sent}"
+    );
+}
