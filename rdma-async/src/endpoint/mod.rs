@@ -23,12 +23,19 @@ use crate::verbs::{
     WcStatus, WorkCompletion, WorkRequest,
 };
 
+mod lent;
 mod options;
 
+use lent::{SentRegion, post_receive};
 pub use options::EndpointOptions;
 
 const SEND_BUFFER: usize = 0;
 const RECV_BUFFER: usize = 1;
+
+/// The send slots: a region's send holds its lend id, and the region comes back as ready.
+type SendSlots = Slots<SentRegion, u64>;
+/// The receive slots: one posted in a pool buffer holds its lend id.
+type RecvSlots = Slots<Bytes, u64>;
 
 /// A connected RDMA endpoint that exchanges messages (`IBV_WR_SEND` / posted receives).
 ///
@@ -40,10 +47,16 @@ pub struct Endpoint {
     // Drop order matters: disconnect, then destroy the queue pair, then free its buffers and CQs.
     link: CmLink,
     qp: OwnedBufferQueuePair,
-    /// Slots of the send buffer; a slot is free again when its send completed.
-    send: SlotQueue,
-    /// Slots of the receive buffer, all posted; what arrived, copied out, waits in `ready`.
-    recv: SlotQueue<Bytes>,
+    /// Slots of the send buffer; a slot is free again when its send completed. A slot that
+    /// sends from a caller's region holds its lend id; the region comes back through `ready`.
+    send: SlotQueue<SentRegion, u64>,
+    /// Receive slots, all posted; what arrived waits in `ready`. A slot posted in a pool
+    /// buffer holds its lend id, else it is the slot of the receive buffer with its number.
+    recv: SlotQueue<Bytes, u64>,
+    /// Where receives land without a copy ([`EndpointOptions::recv_pool`]).
+    recv_pool: Option<crate::device::BufferPool>,
+    /// Regions of `send_region` calls dropped before their completion: freed when it comes.
+    abandoned: std::sync::Mutex<std::collections::HashSet<u64>>,
     max_message_size: usize,
     /// The inline limit the queue pair really got.
     max_inline: usize,
@@ -56,6 +69,8 @@ struct EndpointParts {
     qp: OwnedBufferQueuePair,
     send_cq: AsyncCq,
     recv_cq: AsyncCq,
+    /// The lend id of each receive slot posted in a pool buffer.
+    recv_lent: Vec<Option<u64>>,
 }
 
 fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
@@ -89,20 +104,14 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
         vec![send_buf, recv_buf],
     )?;
     // Receives are posted before the handshake, so the peer may send as soon as it is connected.
-    for slot in 0..opts.recv_depth as usize {
-        qp.post_recv(
-            slot as u64,
-            Some(Segment {
-                buffer: RECV_BUFFER,
-                offset: slot * max,
-                len: max,
-            }),
-        )?;
-    }
+    let recv_lent = (0..opts.recv_depth as usize)
+        .map(|slot| post_receive(&qp, opts.recv_pool.as_ref(), slot, max))
+        .collect::<io::Result<_>>()?;
     Ok(EndpointParts {
         qp,
         send_cq: async_send_cq,
         recv_cq: async_recv_cq,
+        recv_lent,
     })
 }
 
@@ -186,9 +195,13 @@ impl Endpoint {
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {
         let max_inline = parts.qp.max_inline_data() as usize;
+        let recv = SlotQueue::new(parts.recv_cq, options.recv_depth as usize, Some(&link))?;
+        recv.try_lock()?.held = parts.recv_lent;
         Ok(Endpoint {
             send: SlotQueue::new(parts.send_cq, options.send_depth as usize, Some(&link))?,
-            recv: SlotQueue::new(parts.recv_cq, options.recv_depth as usize, Some(&link))?,
+            recv,
+            recv_pool: options.recv_pool.clone(),
+            abandoned: Default::default(),
             link,
             qp: parts.qp,
             max_message_size: options.max_message_size,
@@ -313,9 +326,15 @@ impl Endpoint {
         Ok(())
     }
 
-    /// A send completed: its slot is free again; the first failure ends the connection.
-    fn reap_send(&self, slots: &mut Slots<(), ()>, wc: &WorkCompletion) {
-        slots.release(wc.wr_id as usize);
+    /// A send completed: its slot is free again (and a region it sent from comes back); the
+    /// first failure ends the connection.
+    fn reap_send(&self, slots: &mut SendSlots, wc: &WorkCompletion) {
+        let slot = wc.wr_id as usize;
+        let lent = slots.held.get_mut(slot).and_then(Option::take);
+        slots.release(slot);
+        if let Some(id) = lent {
+            self.region_sent(slots, id, wc.status.is_success());
+        }
         if !wc.status.is_success() && !self.send.error().is_set() {
             let err = wc_error(wc, self.peer_addr(), true);
             tracing::debug!(parent: self.link.span(), error = %err, "send failed");
@@ -340,7 +359,7 @@ impl Endpoint {
         let mut probes = self
             .keepalive
             .map(|t| tokio::time::interval_at(tokio::time::Instant::now() + t, t));
-        let reap = &mut |s: &mut Slots<Bytes, ()>, wc: &WorkCompletion| self.reap_recv(s, wc);
+        let reap = &mut |s: &mut RecvSlots, wc: &WorkCompletion| self.reap_recv(s, wc);
         loop {
             let fill = self.recv.fill(&mut slots, Some(&self.link), reap);
             match &mut probes {
@@ -364,7 +383,7 @@ impl Endpoint {
         let Ok(mut slots) = self.send.try_lock() else {
             return;
         };
-        let reap = &mut |s: &mut Slots<(), ()>, wc: &WorkCompletion| self.reap_send(s, wc);
+        let reap = &mut |s: &mut SendSlots, wc: &WorkCompletion| self.reap_send(s, wc);
         if self.send.reap_queued(&mut slots, reap).is_err() || self.send.error().is_set() {
             return;
         }
@@ -391,16 +410,23 @@ impl Endpoint {
     /// with it): why the receives were flushed, if a send (or a keepalive) failed.
     fn send_failure(&self) -> Option<io::Error> {
         if let Ok(mut slots) = self.send.try_lock() {
-            let reap = &mut |s: &mut Slots<(), ()>, wc: &WorkCompletion| self.reap_send(s, wc);
+            let reap = &mut |s: &mut SendSlots, wc: &WorkCompletion| self.reap_send(s, wc);
             let _ = self.send.reap_queued(&mut slots, reap);
         }
         self.send.error().report()
     }
 
-    /// A receive completed: copy the message out and post the slot again.
-    fn reap_recv(&self, slots: &mut Slots<Bytes, ()>, wc: &WorkCompletion) {
+    /// A receive completed: take the message (the pool buffer it landed in, or a copy out of
+    /// the receive buffer) and post the slot again.
+    fn reap_recv(&self, slots: &mut RecvSlots, wc: &WorkCompletion) {
         let max = self.max_message_size;
         let slot = wc.wr_id as usize;
+        // The completion was polled: the device is done with a lent buffer, whatever the status.
+        let lent = slots
+            .held
+            .get_mut(slot)
+            .and_then(Option::take)
+            .and_then(|id| self.qp.reclaim(id));
         if wc.status == WcStatus::FLUSH {
             // The queue pair is in the error state: after a disconnect the link reports it;
             // after a failed send (the peer timed out) nothing else would, so take its cause.
@@ -417,29 +443,37 @@ impl Endpoint {
         }
         // The device wrote at most the posted length; check the reported length anyway.
         let len = (wc.byte_len as usize).min(max);
-        let mut msg = vec![0; len];
-        if let Err(e) = self.qp.buffer(RECV_BUFFER).read_at(slot * max, &mut msg) {
-            self.recv.error().set(e);
-            return;
-        }
-        slots.ready.push_back(Bytes::from(msg));
-        let segment = Segment {
-            buffer: RECV_BUFFER,
-            offset: slot * max,
-            len: max,
+        let msg = match lent {
+            Some(buffer) => lent::received(buffer, len),
+            None => {
+                let mut msg = vec![0; len];
+                if let Err(e) = self.qp.buffer(RECV_BUFFER).read_at(slot * max, &mut msg) {
+                    self.recv.error().set(e);
+                    return;
+                }
+                Bytes::from(msg)
+            }
         };
-        if let Err(e) = self.qp.post_recv(wc.wr_id, Some(segment))
-            && !self.link.is_disconnected()
-        {
-            // One receive fewer would fail one of the peer's later sends (receiver not ready)
-            // and leave the endpoint's books wrong: end the connection, with this cause. The
-            // rest of the batch is still reaped, so what arrived stays readable first.
-            tracing::warn!(parent: self.link.span(), error = %e, "posting a receive again failed; closing the connection");
-            self.send
-                .error()
-                .set(io::Error::new(e.kind(), e.to_string()));
-            self.recv.error().set(e);
-            let _ = self.link.disconnect();
+        slots.ready.push_back(msg);
+        match post_receive(&self.qp, self.recv_pool.as_ref(), slot, max) {
+            Ok(held) => {
+                if let Some(entry) = slots.held.get_mut(slot) {
+                    *entry = held;
+                }
+            }
+            Err(e) if !self.link.is_disconnected() => {
+                // One receive fewer would fail one of the peer's later sends (receiver not
+                // ready) and leave the endpoint's books wrong: end the connection, with this
+                // cause. The rest of the batch is still reaped, so what arrived stays readable
+                // first.
+                tracing::warn!(parent: self.link.span(), error = %e, "posting a receive again failed; closing the connection");
+                self.send
+                    .error()
+                    .set(io::Error::new(e.kind(), e.to_string()));
+                self.recv.error().set(e);
+                let _ = self.link.disconnect();
+            }
+            Err(_) => {}
         }
     }
 
@@ -470,7 +504,7 @@ impl Endpoint {
             if self.link.is_disconnected() {
                 return;
             }
-            let reap = &mut |s: &mut Slots<(), ()>, wc: &WorkCompletion| self.reap_send(s, wc);
+            let reap = &mut |s: &mut SendSlots, wc: &WorkCompletion| self.reap_send(s, wc);
             if self
                 .send
                 .reap_next(&mut slots, Some(&self.link), reap)

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::cm::ConnParams;
 use crate::cm::handshake::{DialOptions, dial_setters};
+use crate::device::BufferPool;
 use crate::error;
 
 /// Sizes and timeouts of an [`Endpoint`](super::Endpoint).
@@ -19,6 +20,7 @@ pub struct EndpointOptions {
     pub(super) keepalive: Option<Duration>,
     pub(super) dial: DialOptions,
     pub(super) params: ConnParams,
+    pub(super) recv_pool: Option<BufferPool>,
 }
 
 impl Default for EndpointOptions {
@@ -32,6 +34,7 @@ impl Default for EndpointOptions {
             keepalive: None,
             dial: DialOptions::default(),
             params: ConnParams::default(),
+            recv_pool: None,
         }
     }
 }
@@ -90,7 +93,31 @@ impl EndpointOptions {
         self
     }
 
+    /// Receives land in buffers of `pool` and [`Endpoint::recv`](super::Endpoint::recv) hands
+    /// them out as `Bytes` without a copy; dropping the `Bytes` returns the buffer to the pool.
+    /// While the pool has no free buffer (the application holds them all), a receive is posted
+    /// in the endpoint's own memory and copied out, as without a pool, so the peer never waits
+    /// for the application to let go. The pool must be in the endpoint's device context and
+    /// have a class of at least `max_message_size` bytes.
+    pub fn recv_pool(mut self, pool: BufferPool) -> Self {
+        self.recv_pool = Some(pool);
+        self
+    }
+
     pub(super) fn check(&self) -> io::Result<()> {
+        if let Some(pool) = &self.recv_pool
+            && pool
+                .size_classes()
+                .last()
+                .is_none_or(|&largest| largest < self.max_message_size)
+        {
+            return Err(error::invalid_input(format!(
+                "the receive pool's largest buffers ({:?}) are smaller than max_message_size \
+                 ({})",
+                pool.size_classes().last(),
+                self.max_message_size
+            )));
+        }
         let slot_bytes = |depth: u32| self.max_message_size.checked_mul(depth as usize);
         if u32::try_from(self.max_message_size).is_err()
             || slot_bytes(self.send_depth).is_none()

@@ -167,6 +167,35 @@ impl<R, H> SlotQueue<R, H> {
         }
     }
 
+    /// Waits until a ready entry matches `wanted` and takes it (a sender waiting for its own
+    /// completion).
+    ///
+    /// # Errors
+    ///
+    /// With `link`, its closed error once it closes before the entry arrived.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: the entry stays ready if it arrives after the future was dropped.
+    pub(crate) async fn take_ready(
+        &self,
+        slots: &mut Slots<R, H>,
+        link: Option<&CmLink>,
+        reap: &mut impl Reap<R, H>,
+        wanted: impl Fn(&R) -> bool,
+    ) -> io::Result<R> {
+        loop {
+            self.reap_queued(slots, reap)?;
+            if let Some(pos) = slots.ready.iter().position(&wanted)
+                && let Some(entry) = slots.ready.remove(pos)
+            {
+                return Ok(entry);
+            }
+            self.check_open(link, true)?;
+            self.reap_next(slots, link, reap).await?;
+        }
+    }
+
     /// Whether something is ready to take, reaping what completed, without waiting.
     ///
     /// # Errors

@@ -488,19 +488,44 @@ impl OwnedBufferQueuePair {
     /// Posts a receive into `segment`, or with no buffer (for RDMA writes with immediate,
     /// which deliver only the immediate).
     pub(crate) fn post_recv(&self, wr_id: u64, segment: Option<Segment>) -> io::Result<()> {
-        let mut sge = match segment {
-            Some(seg) => self.sge(seg)?,
-            None => NO_SGE,
+        let sge = segment.map(|seg| self.sge(seg)).transpose()?;
+        self.post_recv_sge(wr_id, sge)
+    }
+
+    /// Posts a receive into the first `len` bytes of lent buffer `id` (which must be writable
+    /// by the device; reclaim it only after this receive's completion was polled).
+    pub(crate) fn post_recv_lent(&self, wr_id: u64, id: u64, len: usize) -> io::Result<()> {
+        let writable = {
+            let lent = self
+                .memory
+                .lent
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            lent.buffers
+                .get(&id)
+                .is_some_and(|b| b.registered().locally_writable())
         };
+        if !writable {
+            return Err(error::invalid_input(format!(
+                "lent buffer {id} is missing or read-only"
+            )));
+        }
+        let sge = self.lent_sge(id, 0, len)?;
+        self.post_recv_sge(wr_id, Some(sge))
+    }
+
+    fn post_recv_sge(&self, wr_id: u64, sge: Option<sys::ibv_sge>) -> io::Result<()> {
+        let posted = sge.is_some();
+        let mut sge = sge.unwrap_or(NO_SGE);
         // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
         wr.wr_id = wr_id;
         wr.sg_list = &mut sge;
-        wr.num_sge = i32::from(segment.is_some());
+        wr.num_sge = i32::from(posted);
         let mut bad = ptr::null_mut();
         self.injected_recv_failure()?;
         // SAFETY: the QP is live while `with_qp` runs; the device may write only a checked range
-        // of a buffer this QP owns and frees after destroying the QP.
+        // of a buffer this QP owns (fixed or lent) and frees after destroying the QP.
         let ret =
             self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, &mut wr, &mut bad) }))?;
         if ret != 0 {

@@ -115,3 +115,155 @@ async fn a_full_pool_refuses_or_waits_until_a_buffer_is_returned() {
     }
     assert_ne!(pool.stats(), PoolStats::default());
 }
+
+/// A pair of endpoints: the server's receives come from `pool`, the client is plain.
+async fn endpoint_pair_with_pool(
+    pool: &rdma_async::device::BufferPool,
+) -> (
+    rdma_async::endpoint::Endpoint,
+    rdma_async::endpoint::Endpoint,
+) {
+    use rdma_async::endpoint::{Endpoint, EndpointOptions};
+    let listener = rdma_async_tests::listener().await;
+    let addr = listener.local_addr();
+    let plain = EndpointOptions::new().recv_depth(4).max_message_size(4096);
+    let pooled = plain.clone().recv_pool(pool.clone());
+    let server = async {
+        let request = listener.accept_request().await?;
+        Endpoint::accept(request, &pooled).await
+    };
+    let (server, client) = guard("connect endpoints", async {
+        tokio::join!(server, Endpoint::connect(addr, &plain))
+    })
+    .await;
+    (server.unwrap(), client.unwrap())
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_receives_land_in_pool_buffers_handed_out_as_bytes() {
+    let ctx =
+        rdma_async::device::DeviceContext::for_local_addr(rdma_async_tests::test_ip()).unwrap();
+    let pool = ctx
+        .buffer_pool(
+            &PoolOptions::new()
+                .size_classes([4096])
+                .slab_bytes(8 * 4096)
+                .max_bytes(8 * 4096),
+        )
+        .unwrap();
+    let (server, client) = endpoint_pair_with_pool(&pool).await;
+    assert_eq!(
+        pool.stats().in_use,
+        4,
+        "every receive is posted in a pool buffer"
+    );
+
+    // Eight messages held at once: four posted buffers plus four held fill the pool; the
+    // rest land in the endpoint's own memory and are copied. All arrive intact.
+    let mut held = Vec::new();
+    for i in 0..8u8 {
+        let msg = vec![i + 1; 100 + usize::from(i) * 400];
+        client.send(&msg).await.unwrap();
+        let got = guard("receive", server.recv()).await.unwrap();
+        assert!(got[..] == msg[..], "message {i}");
+        held.push(got);
+        assert!(pool.stats().in_use <= 8, "the pool's bound holds");
+    }
+    assert_eq!(
+        pool.stats().in_use,
+        8,
+        "the pool ran full: {:?}",
+        pool.stats()
+    );
+    drop(held);
+    let stats = pool.stats();
+    assert!(
+        stats.returned >= 6,
+        "dropped Bytes return their buffers: {stats:?}"
+    );
+    assert!(stats.in_use <= 4, "{stats:?}");
+
+    // And it keeps going once buffers are back.
+    for i in 0..6u8 {
+        client.send(&[i; 4096]).await.unwrap();
+        assert_eq!(
+            guard("receive", server.recv()).await.unwrap()[..],
+            [i; 4096]
+        );
+    }
+    assert_eq!(
+        pool.stats().in_use,
+        4,
+        "receives posted in pool buffers again"
+    );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_sends_go_straight_from_pool_buffers() {
+    use rdma_async::endpoint::EndpointOptions;
+    let (server, client) =
+        rdma_async_tests::pairs::endpoint_pair(&EndpointOptions::new().max_message_size(4096))
+            .await;
+    let ctx =
+        rdma_async::device::DeviceContext::for_local_addr(rdma_async_tests::test_ip()).unwrap();
+    let pool = ctx
+        .buffer_pool(&PoolOptions::new().size_classes([8192]).max_bytes(4 * 8192))
+        .unwrap();
+    let mut region = pool.try_get(8192).unwrap();
+    for (i, b) in region.iter_mut().enumerate() {
+        *b = (i % 249) as u8;
+    }
+    // Two messages from two ranges of one buffer.
+    let (sent, region) = client.send_region(region, 100..4196).await;
+    sent.unwrap();
+    let region = region.expect("the region comes back");
+    let (sent, region) = client.send_region(region, 8000..).await;
+    sent.unwrap();
+    let region = region.unwrap();
+    let first = guard("receive", server.recv()).await.unwrap();
+    let second = guard("receive", server.recv()).await.unwrap();
+    assert!(first[..] == region[100..4196], "first message");
+    assert!(second[..] == region[8000..], "second message");
+
+    // Refused: a range past the end, a message over max_message_size, another context's region.
+    let (result, region) = client.send_region(region, 8000..8193).await;
+    assert_eq!(err_kind(result).0, io::ErrorKind::InvalidInput);
+    let (result, region) = client.send_region(region.unwrap(), ..4097).await;
+    assert_eq!(err_kind(result).0, io::ErrorKind::InvalidInput);
+    let other = rdma_async::device::DeviceContext::open(ctx.device_name()).unwrap();
+    let (result, back) = client.send_region(other.reg_msgs(16).unwrap(), ..).await;
+    let (kind, msg) = err_kind(result);
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    assert!(back.is_some(), "a refused region comes back");
+
+    // A call dropped once its send is posted: the message still goes, and the buffer returns
+    // to the pool when the device is done (here: by the next call's completion, which comes
+    // after it).
+    let mut dropped = pool.try_get(100).unwrap();
+    dropped[..5].copy_from_slice(b"still");
+    {
+        let mut send = pin!(client.send_region(dropped, ..5));
+        let polled = std::future::poll_fn(|cx| Poll::Ready(send.as_mut().poll(cx))).await;
+        if let Poll::Ready((result, _)) = polled {
+            result.unwrap();
+        }
+    }
+    assert_eq!(
+        &guard("receive", server.recv()).await.unwrap()[..],
+        b"still"
+    );
+    let (sent, region) = client.send_region(region.unwrap(), ..10).await;
+    sent.unwrap();
+    assert_eq!(
+        guard("receive", server.recv()).await.unwrap()[..],
+        region.as_ref().unwrap()[..10]
+    );
+    assert_eq!(
+        pool.stats().in_use,
+        1,
+        "only the buffer in hand: {:?}",
+        pool.stats()
+    );
+    drop(region);
+    assert_eq!(pool.stats().in_use, 0);
+}
