@@ -54,7 +54,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 
 use exchange::{Transfers, run_client, run_server};
 use options::Options;
@@ -147,7 +147,12 @@ async fn session(
     match peer.open(opts, tuning).await? {
         Connection::Tcp(mut stream) => run_tests(&mut stream, peer.is_client(), xfers, tests).await,
         Connection::Rdma(mut stream) => {
+            if opts.zero_copy {
+                // Registered in the stream's device context, as write_region requires.
+                xfers.zero_copy = Some(stream.context().reg_msgs(xfers.max_size())?);
+            }
             run_tests(&mut stream, peer.is_client(), xfers, tests).await?;
+            xfers.zero_copy = None;
             report_stats(&stream, tests);
             Ok(())
         }
@@ -175,7 +180,7 @@ fn report_stats(stream: &transport::RdmaStream, tests: &[Test]) {
     );
 }
 
-async fn run_tests<S: AsyncRead + AsyncWrite + Unpin>(
+async fn run_tests<S: exchange::Stream>(
     stream: &mut S,
     client: bool,
     xfers: &mut Transfers,

@@ -21,6 +21,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use rdma_async::rdma::LocalRegion;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use crate::pattern::Pattern;
@@ -35,6 +36,39 @@ pub enum IoMode {
     NonBlocking,
 }
 
+/// A stream the exchange runs on. `-T z` (rdma-async only, not in rstream.c) sends each
+/// transfer from a registered region with `RStream::write_region` instead of copying it; the
+/// default does nothing, so kernel TCP always copies.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin {
+    /// Sends the first `size` bytes of `region` without a copy and hands it back.
+    fn write_region(
+        &mut self,
+        region: LocalRegion,
+        size: usize,
+    ) -> impl std::future::Future<Output = (io::Result<()>, Option<LocalRegion>)> {
+        let _ = size;
+        async {
+            let e = io::Error::new(io::ErrorKind::Unsupported, "-T z needs an RDMA stream");
+            (Err(e), Some(region))
+        }
+    }
+}
+
+impl Stream for tokio::net::TcpStream {}
+
+/// The unit tests' in-memory pipe.
+impl Stream for tokio::io::DuplexStream {}
+
+impl Stream for rdma_async::stream::RStream {
+    async fn write_region(
+        &mut self,
+        region: LocalRegion,
+        size: usize,
+    ) -> (io::Result<()>, Option<LocalRegion>) {
+        rdma_async::stream::RStream::write_region(self, region, ..size).await
+    }
+}
+
 /// What outlives a connection: the buffer, the I/O mode and the `-T v` counters (which carry on
 /// across connections, see [`Pattern`]).
 #[derive(Debug)]
@@ -44,6 +78,9 @@ pub struct Transfers {
     /// One buffer for both directions, as in rstream.c: without `-T v` its contents are
     /// whatever was last received.
     buf: Vec<u8>,
+    /// `-T z`: sends go from this registered region (registered per connection, in its
+    /// device context), not `buf`.
+    pub zero_copy: Option<LocalRegion>,
 }
 
 impl Transfers {
@@ -62,10 +99,24 @@ impl Transfers {
             mode,
             pattern: verify.then(Pattern::default),
             buf,
+            zero_copy: None,
         })
     }
 
-    async fn send<S: AsyncWrite + Unpin>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+    /// The size of buffer a connection's `-T z` region needs.
+    pub fn max_size(&self) -> usize {
+        self.buf.len()
+    }
+
+    async fn send<S: Stream>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+        if let Some(mut region) = self.zero_copy.take() {
+            if let Some(pattern) = &mut self.pattern {
+                pattern.fill(&mut region[..size]);
+            }
+            let (result, region) = stream.write_region(region, size).await;
+            self.zero_copy = region;
+            return result.map_err(|e| context("send", e));
+        }
         let data = &mut self.buf[..size];
         if let Some(pattern) = &mut self.pattern {
             pattern.fill(data);
@@ -153,7 +204,7 @@ fn context(what: &str, e: io::Error) -> io::Error {
 
 /// The client side of one test; returns the time from the end of the sync to the last byte
 /// received.
-pub async fn run_client<S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn run_client<S: Stream>(
     stream: &mut S,
     xfers: &mut Transfers,
     test: &Test,
@@ -173,7 +224,7 @@ pub async fn run_client<S: AsyncRead + AsyncWrite + Unpin>(
 }
 
 /// The server side of one test, the mirror image of [`run_client`].
-pub async fn run_server<S: AsyncRead + AsyncWrite + Unpin>(
+pub async fn run_server<S: Stream>(
     stream: &mut S,
     xfers: &mut Transfers,
     test: &Test,

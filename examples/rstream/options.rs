@@ -24,7 +24,8 @@ usage: rstream
 \t    f|fork - fork server processing (not supported)
 \t    n|nonblocking - use nonblocking calls (busy polling, the default)
 \t    r|resolve - use rdma cm to resolve address (accepted, ignored)
-\t    v|verify - verify data";
+\t    v|verify - verify data
+\t    z|zerocopy - send from a registered region without a copy (rdma-async only)";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -51,6 +52,8 @@ pub struct Options {
     pub backend: Backend,
     pub mode: IoMode,
     pub verify: bool,
+    /// `-T z` (rdma-async only): sends from a registered region without a copy.
+    pub zero_copy: bool,
     /// Options accepted but without effect here, to tell the user about.
     pub notes: Vec<String>,
 }
@@ -73,6 +76,7 @@ impl Default for Options {
             backend: Backend::Rdma,
             mode: IoMode::NonBlocking,
             verify: false,
+            zero_copy: false,
             notes: Vec::new(),
         }
     }
@@ -137,7 +141,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
 /// One `-T` value: a single letter, or a word that the value must start with (case-insensitive,
 /// so "nonblocking" is "nonblock"), as rstream.c's `set_test_opt` reads it.
 fn test_option(value: &str, opts: &mut Options) -> Result<(), String> {
-    const WORDS: [(&str, char); 7] = [
+    const WORDS: [(&str, char); 8] = [
         ("socket", 's'),
         ("async", 'a'),
         ("block", 'b'),
@@ -145,6 +149,7 @@ fn test_option(value: &str, opts: &mut Options) -> Result<(), String> {
         ("resolve", 'r'),
         ("verify", 'v'),
         ("fork", 'f'),
+        ("zerocopy", 'z'),
     ];
     let mut letters = value.chars();
     let letter = match (letters.next(), letters.next()) {
@@ -161,6 +166,7 @@ fn test_option(value: &str, opts: &mut Options) -> Result<(), String> {
         'b' => opts.mode = IoMode::Blocking,
         'n' => opts.mode = IoMode::NonBlocking,
         'v' => opts.verify = true,
+        'z' => opts.zero_copy = true,
         'a' => opts.notes.push(
             "-T a accepted: every transfer already waits for readiness through Tokio's reactor"
                 .into(),

@@ -91,6 +91,23 @@ async fn rstream_example_server_with_c_client() {
 }
 
 #[rdma_async::test]
+async fn rstream_example_zero_copy_client_is_verified_by_a_c_server() {
+    // `-T z`: every send goes from a registered region by write_region; C rstream (-T v)
+    // checks every byte, in both directions of the exchange. 20 KiB transfers: several per
+    // ring, wrapping its end.
+    let ip = test_ip().to_string();
+    let port = "7482";
+    let args = ["-p", port, "-T", "v", "-S", "20480", "-C", "40"];
+    let mut c_args = vec!["-b", ip.as_str()];
+    c_args.extend(args);
+    let server = Tool::spawn("rstream", &c_args);
+    let mut our_args = vec!["-s", ip.as_str(), "-T", "z"];
+    our_args.extend(args);
+    client_until_success(&example("rstream"), &our_args, &["20k"]).await;
+    server.expect_success(&["20k"]).await;
+}
+
+#[rdma_async::test]
 async fn greeter_examples_over_rdma() {
     let addr = format!("{}:50071", test_ip());
     let mut server = Tool::spawn(&example("greeter_server"), &[&addr]);
