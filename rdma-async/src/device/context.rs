@@ -156,7 +156,9 @@ impl DeviceContext {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for 0 or more than `u32::MAX` bytes; the OS error of `ibv_reg_mr`
+    /// `InvalidInput` for 0 bytes, or more than `u32::MAX` for a region a peer can reach (local
+    /// regions may be larger: each work request covers at most `u32::MAX` bytes of one); the
+    /// OS error of `ibv_reg_mr`
     /// (`OutOfMemory` when the locked-memory limit is reached).
     pub fn reg_msgs(&self, len: usize) -> io::Result<LocalRegion> {
         Ok(LocalRegion::new(allocate(

@@ -59,11 +59,12 @@ impl DeviceContext {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for 0 or more than `u32::MAX` bytes; `OutOfMemory` when not enough huge
+    /// `InvalidInput` for 0 bytes (or more than `u32::MAX` for a shared region); `OutOfMemory`
+    /// when not enough huge
     /// pages are reserved (the message says how many are free and how to reserve more, as root:
     /// `echo N > /proc/sys/vm/nr_hugepages`); the OS error of `ibv_reg_mr`.
     pub fn reg_msgs_huge(&self, len: usize) -> io::Result<LocalRegion> {
-        check_len(len)?;
+        check_len(len, Access::default())?;
         let buffer = RegisteredBuffer::huge(self.pd().clone(), len, Access::default())?;
         Ok(LocalRegion::new(UserBuffer::new(buffer)))
     }
@@ -74,7 +75,7 @@ impl DeviceContext {
     ///
     /// As [`Self::reg_msgs_huge`].
     pub fn reg_shared_huge(&self, len: usize, access: RemoteAccess) -> io::Result<SharedRegion> {
-        check_len(len)?;
+        check_len(len, access.access())?;
         let buffer = RegisteredBuffer::huge(self.pd().clone(), len, access.access())?;
         Ok(SharedRegion::new(UserBuffer::new(buffer)))
     }
@@ -106,7 +107,7 @@ impl DeviceContext {
     /// mappings (9p without a cache, some FUSE file systems: the message says so); the OS error
     /// of `mmap` or `ibv_reg_mr`.
     pub fn map_file(&self, file: &File, offset: u64, len: usize) -> io::Result<SharedRegion> {
-        check_len(len)?;
+        check_len(len, RemoteAccess::READ.access())?;
         let buffer = RegisteredBuffer::file(
             self.pd().clone(),
             file,
@@ -122,10 +123,11 @@ impl DeviceContext {
     ///
     /// # Errors
     ///
-    /// `InvalidInput` for 0 or more than `u32::MAX` bytes; the OS error of `ibv_reg_mr`. On error
+    /// `InvalidInput` for 0 bytes (or more than `u32::MAX` for a shared region); the OS error of
+    /// `ibv_reg_mr`. On error
     /// the owner is dropped.
     pub fn register_foreign(&self, memory: ForeignMemory) -> io::Result<LocalRegion> {
-        check_len(memory.len())?;
+        check_len(memory.len(), Access::default())?;
         let buffer = RegisteredBuffer::foreign(self.pd().clone(), memory, Access::default())?;
         Ok(LocalRegion::new(UserBuffer::new(buffer)))
     }
@@ -140,7 +142,7 @@ impl DeviceContext {
         memory: ForeignMemory,
         access: RemoteAccess,
     ) -> io::Result<SharedRegion> {
-        check_len(memory.len())?;
+        check_len(memory.len(), access.access())?;
         let buffer = RegisteredBuffer::foreign(self.pd().clone(), memory, access.access())?;
         Ok(SharedRegion::new(UserBuffer::new(buffer)))
     }
@@ -164,7 +166,7 @@ impl DeviceContext {
         len: usize,
         access: RemoteAccess,
     ) -> io::Result<SharedRegion> {
-        check_len(len)?;
+        check_len(len, access.access())?;
         let buffer =
             RegisteredBuffer::dmabuf(self.pd().clone(), fd, offset, len, offset, access.access())?;
         Ok(SharedRegion::new(UserBuffer::new(buffer)))
@@ -194,7 +196,7 @@ impl DeviceContext {
         len: usize,
         access: RemoteAccess,
     ) -> io::Result<SharedRegion> {
-        check_len(len)?;
+        check_len(len, access.access())?;
         let odp = self.on_demand_paging()?;
         if !odp.supported {
             return Err(io::Error::new(

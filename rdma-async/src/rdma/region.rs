@@ -96,13 +96,28 @@ impl BitOr for RemoteAccess {
     }
 }
 
-/// Largest region: a scatter/gather entry and a [`RemoteRegion`] carry 32-bit lengths.
-const MAX_REGION: usize = u32::MAX as usize;
+/// Largest region a peer can reach: its remote descriptor ([`RemoteRegion`], in rping's encoding)
+/// carries a 32-bit length. Local regions may be larger; each work request covers at most
+/// `u32::MAX` bytes of one.
+const MAX_SHARED_REGION: usize = u32::MAX as usize;
 
-pub(crate) fn check_len(len: usize) -> io::Result<()> {
-    if len == 0 || len > MAX_REGION {
+/// Checks the length of a region registered with `access`.
+pub(crate) fn check_len(len: usize, access: Access) -> io::Result<()> {
+    if len == 0 {
+        return Err(error::invalid_input(
+            "a registered region must have at least 1 byte",
+        ));
+    }
+    if access.is_remote() && len > MAX_SHARED_REGION {
         return Err(error::invalid_input(format!(
-            "a registered region must have 1 to {MAX_REGION} bytes, not {len}"
+            "a region a peer can reach must have at most {MAX_SHARED_REGION} bytes (its remote \
+             descriptor carries a 32-bit length), not {len}; register a larger region without \
+             remote access, or several regions"
+        )));
+    }
+    if len > isize::MAX as usize {
+        return Err(error::invalid_input(format!(
+            "a region of {len} bytes is larger than an allocation can be"
         )));
     }
     Ok(())
@@ -113,7 +128,7 @@ pub(crate) fn allocate(
     len: usize,
     access: Access,
 ) -> io::Result<UserBuffer> {
-    check_len(len)?;
+    check_len(len, access)?;
     let buffer = RegisteredBuffer::new(pd.clone(), len, access)?;
     Ok(UserBuffer::new(buffer))
 }
@@ -123,7 +138,7 @@ pub(crate) fn adopt(
     vec: Vec<u8>,
     access: Access,
 ) -> io::Result<UserBuffer> {
-    check_len(vec.len())?;
+    check_len(vec.len(), access)?;
     Ok(UserBuffer::new(RegisteredBuffer::from_vec(
         pd.clone(),
         vec,

@@ -90,11 +90,46 @@ async fn caller_owned_memory_carries_rdma_and_its_owner_is_dropped_after_deregis
     let (empty, dropped) = foreign_heap(0);
     let (kind, msg) = err_kind(ctx.register_foreign(empty));
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
-    assert!(msg.contains("1 to"), "{msg}");
+    assert!(msg.contains("at least 1 byte"), "{msg}");
     assert!(
         dropped.load(Ordering::SeqCst),
         "a refused registration drops the owner"
     );
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_region_larger_than_4_gib_carries_rdma_at_its_far_end() {
+    let (server, client) = rdma_pair(&RdmaOptions::new()).await;
+    // Past 4 GiB: offsets there need more than 32 bits (the guest has 6 GiB).
+    let len = (4usize << 30) + (64 << 10);
+    let mut big = client.reg_msgs(len).unwrap();
+    assert_eq!(big.len(), len);
+    let far = len - 10_000;
+    for (i, b) in big[far..far + 5000].iter_mut().enumerate() {
+        *b = (i % 241) as u8;
+    }
+    // A send from beyond 4 GiB.
+    let inbox = server.reg_msgs(5000).unwrap();
+    let ((got, inbox), (sent, big)) = guard("send from past 4 GiB", async {
+        tokio::join!(server.recv(inbox, ..), client.send(big, far..far + 5000))
+    })
+    .await;
+    sent.unwrap();
+    assert_eq!(got.unwrap().len(), 5000);
+    assert!(inbox[..] == big[far..far + 5000], "the bytes past 4 GiB arrived");
+    // An RDMA read into its last page.
+    let src = server.reg_shared(4096, RemoteAccess::READ).unwrap();
+    src.write_at(0, &[0xc3; 4096]).unwrap();
+    let (read, big) = client.read(big, len - 4096.., src.remote().whole()).await;
+    read.unwrap();
+    assert!(big[len - 4096..].iter().all(|&b| b == 0xc3));
+    // One work request covers at most u32::MAX bytes; a peer's descriptor as much.
+    let (sent, _big) = client.send(big, ..).await;
+    let (kind, msg) = err_kind(sent);
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    let (kind, msg) = err_kind(client.reg_shared(len, RemoteAccess::READ));
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    assert!(msg.contains("32-bit"), "{msg}");
 }
 
 /// Huge pages of this guest in use (total minus free), from /proc/meminfo.
