@@ -116,7 +116,10 @@ async fn a_local_region_larger_than_4_gib_carries_rdma_at_its_far_end() {
     .await;
     sent.unwrap();
     assert_eq!(got.unwrap().len(), 5000);
-    assert!(inbox[..] == big[far..far + 5000], "the bytes past 4 GiB arrived");
+    assert!(
+        inbox[..] == big[far..far + 5000],
+        "the bytes past 4 GiB arrived"
+    );
     // An RDMA read into its last page.
     let src = server.reg_shared(4096, RemoteAccess::READ).unwrap();
     src.write_at(0, &[0xc3; 4096]).unwrap();
