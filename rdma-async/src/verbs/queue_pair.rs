@@ -405,16 +405,20 @@ impl OwnedBufferQueuePair {
 
     /// The gather entry for `len` bytes at `offset` of lent buffer `id`, after checking them.
     fn lent_sge(&self, id: u64, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
+        self.with_lent(id, |buffer| buffer.registered().sge(offset, len))
+    }
+
+    /// Runs `f` on lent buffer `id`.
+    fn with_lent<R>(&self, id: u64, f: impl FnOnce(&UserBuffer) -> io::Result<R>) -> io::Result<R> {
         let lent = self
             .memory
             .lent
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        lent.buffers
+        f(lent
+            .buffers
             .get(&id)
-            .ok_or_else(|| error::invalid_input(format!("no lent buffer {id}")))?
-            .registered()
-            .sge(offset, len)
+            .ok_or_else(|| error::invalid_input(format!("no lent buffer {id}")))?)
     }
 
     /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
@@ -495,22 +499,15 @@ impl OwnedBufferQueuePair {
     /// Posts a receive into the first `len` bytes of lent buffer `id` (which must be writable
     /// by the device; reclaim it only after this receive's completion was polled).
     pub(crate) fn post_recv_lent(&self, wr_id: u64, id: u64, len: usize) -> io::Result<()> {
-        let writable = {
-            let lent = self
-                .memory
-                .lent
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            lent.buffers
-                .get(&id)
-                .is_some_and(|b| b.registered().locally_writable())
-        };
-        if !writable {
-            return Err(error::invalid_input(format!(
-                "lent buffer {id} is missing or read-only"
-            )));
-        }
-        let sge = self.lent_sge(id, 0, len)?;
+        let sge = self.with_lent(id, |buffer| {
+            let registered = buffer.registered();
+            if !registered.locally_writable() {
+                return Err(error::invalid_input(format!(
+                    "lent buffer {id} is read-only: the device cannot receive into it"
+                )));
+            }
+            registered.sge(0, len)
+        })?;
         self.post_recv_sge(wr_id, Some(sge))
     }
 
