@@ -264,6 +264,7 @@ async fn connect_one<P>(
         "connecting",
     )
     .await?;
+    id.set_qp_min_rnr_timer(params.get_min_rnr_timer())?;
     let link = CmLink::new(id, events, established.private_data, dst)?;
     tracing::debug!(parent: link.span(), "connected");
     Ok((parts, link))
@@ -336,6 +337,9 @@ async fn accept_within<P, T>(
     };
     let raw = params.to_raw(MAX_ACCEPT_PRIVATE_DATA, "accept")?;
     let (id, events, peer_private_data, peer) = request.answer_accept(&raw)?;
+    // rdma_accept moved the queue pair to RTS before the reply went out: set before the peer
+    // can send.
+    id.set_qp_min_rnr_timer(params.get_min_rnr_timer())?;
     expect(
         &events,
         ev::RDMA_CM_EVENT_ESTABLISHED,

@@ -95,6 +95,14 @@ impl CmLink {
             .ok_or_else(|| io::Error::other("the connection has no queue pair"))
     }
 
+    /// The RNR timer of the connection's queue pair.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn qp_min_rnr_timer(&self) -> io::Result<u8> {
+        self.id
+            .qp_min_rnr_timer()?
+            .ok_or_else(|| io::Error::other("the connection has no queue pair"))
+    }
+
     /// Reads every queued event into the state. Returns `WouldBlock` once the channel is empty.
     fn drain_events(&self, state: &mut LinkState) -> io::Result<()> {
         loop {

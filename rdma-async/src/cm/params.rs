@@ -33,8 +33,12 @@ pub struct ConnParams {
     initiator_depth: u8,
     retry_count: u8,
     rnr_retry_count: u8,
+    min_rnr_timer: u8,
     flow_control: bool,
 }
+
+/// The default [`ConnParams::min_rnr_timer`]: 0.64 ms, perftest's value.
+pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
 
 impl Default for ConnParams {
     fn default() -> Self {
@@ -44,6 +48,7 @@ impl Default for ConnParams {
             initiator_depth: 1,
             retry_count: DEFAULT_RETRY_COUNT,
             rnr_retry_count: 7,
+            min_rnr_timer: DEFAULT_MIN_RNR_TIMER,
             flow_control: true,
         }
     }
@@ -86,6 +91,22 @@ impl ConnParams {
     pub fn rnr_retry_count(mut self, n: u8) -> Self {
         self.rnr_retry_count = n.min(7);
         self
+    }
+
+    /// How long a peer waits before resending a message that found no receive posted here (an
+    /// RNR NAK), in the InfiniBand encoding of `ibv_qp_attr::min_rnr_timer` (1 = 0.01 ms, 12 =
+    /// 0.64 ms, 31 = 491.52 ms; 0 = 655.36 ms). Default 12 (0.64 ms), as perftest sets it;
+    /// rdma_cm's own is 0, which stalls a message sender (`Endpoint`, `RdmaConnection` sends)
+    /// that outruns its receiver for two thirds of a second each time. Set on the connection's
+    /// queue pair once it is established. Soft-RoCE waits at least one kernel tick (4 ms at
+    /// `HZ=250`) whatever is asked.
+    pub fn min_rnr_timer(mut self, code: u8) -> Self {
+        self.min_rnr_timer = code.min(31);
+        self
+    }
+
+    pub(crate) fn get_min_rnr_timer(&self) -> u8 {
+        self.min_rnr_timer
     }
 
     /// Whether the transport's end-to-end flow control is on (default `true`).

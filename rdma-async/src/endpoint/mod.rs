@@ -248,6 +248,18 @@ impl Endpoint {
         self.link.qp_ack_timeout()
     }
 
+    /// Test hook: the RNR timer of the queue pair (`ibv_query_qp`), to check that
+    /// `ConnParams::min_rnr_timer` reached it.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_query_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __min_rnr_timer(&self) -> io::Result<u8> {
+        self.link.qp_min_rnr_timer()
+    }
+
     /// Test hook: the next receive this endpoint posts fails (as `ibv_post_recv` returning
     /// `ENOMEM`), to check that such a failure ends the connection with that cause.
     #[cfg(feature = "test-hooks")]

@@ -58,7 +58,10 @@ impl EndpointOptions {
         self
     }
 
-    /// Receive buffers kept posted: messages that can arrive before `recv` is called.
+    /// Receive buffers kept posted: messages that can arrive before `recv` is called. A peer
+    /// that sends more than this ahead of the receiver's `recv` calls is held back by the
+    /// transport (an RNR NAK, then a resend after [`ConnParams::min_rnr_timer`]); a receiver
+    /// that expects bursts keeps a deeper queue.
     pub fn recv_depth(mut self, n: u32) -> Self {
         self.recv_depth = n.max(1);
         self

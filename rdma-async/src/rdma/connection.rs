@@ -395,6 +395,18 @@ impl RdmaConnection {
         self.shared.link.qp_ack_timeout()
     }
 
+    /// Test hook: the RNR timer of the queue pair (`ibv_query_qp`), to check that
+    /// `ConnParams::min_rnr_timer` reached it.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_query_qp`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __min_rnr_timer(&self) -> io::Result<u8> {
+        self.shared.link.qp_min_rnr_timer()
+    }
+
     /// Test hook: the completion task's next wait fails as if `ibv_poll_cq` had failed, which
     /// ends the connection: every pending operation ends with that cause, as does every later
     /// one. The task waits only when woken, so the next completion (or disconnect) triggers it.

@@ -24,7 +24,6 @@ mod memory;
 mod multicast;
 mod odp;
 mod protection_domain;
-#[cfg(feature = "test-hooks")]
 mod qp_attr;
 mod queue_pair;
 mod resource_limits;

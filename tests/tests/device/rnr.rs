@@ -84,3 +84,23 @@ async fn default_rnr_retry_waits_until_the_peer_posts_a_receive() {
     assert_eq!(&inbox[..], &[0x5a; 64][..]);
     guard("send completes", send).await.unwrap().unwrap();
 }
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rnr_timer_is_set_on_both_queue_pairs() {
+    // rdma_cm leaves it at 0 (655 ms between a receiver's "not ready" and the resend); the
+    // default is perftest's 12 (0.64 ms), and ConnParams sets another.
+    let (server, client) = rdma_pair(&RdmaOptions::new()).await;
+    assert_eq!(client.__min_rnr_timer().unwrap(), 12);
+    assert_eq!(server.__min_rnr_timer().unwrap(), 12);
+    let opts = RdmaOptions::new().conn_params(ConnParams::new().min_rnr_timer(3));
+    let (server, client) = rdma_pair(&opts).await;
+    assert_eq!(client.__min_rnr_timer().unwrap(), 3);
+    assert_eq!(server.__min_rnr_timer().unwrap(), 3);
+    let (server, client) = rdma_async_tests::endpoint_pair(
+        &rdma_async::endpoint::EndpointOptions::new()
+            .conn_params(ConnParams::new().min_rnr_timer(1)),
+    )
+    .await;
+    assert_eq!(client.__min_rnr_timer().unwrap(), 1);
+    assert_eq!(server.__min_rnr_timer().unwrap(), 1);
+}

@@ -1,0 +1,232 @@
+//! Message rate at a given queue depth: `Endpoint` sends and `RdmaConnection` RDMA writes of
+//! SIZE bytes with up to DEPTH in flight, as perftest's `ib_send_bw -t DEPTH` and
+//! `ib_write_bw -t DEPTH` measure the device. `scripts/compare-rate` runs both beside perftest in
+//! one boot.
+//!
+//!     msg_rate server ADDR KIND DEPTH SIZE            serve one client, then report
+//!     msg_rate client ADDR KIND DEPTH SIZE COUNT      COUNT messages, then report
+//!
+//! SIZE is at least 8 (the first message carries COUNT). KIND is `send` (an `Endpoint`: the client sends, the server receives every message) or
+//! `write` (an `RdmaConnection`: the client RDMA-writes into a region the server advertised,
+//! DEPTH writes in flight from DEPTH tasks). Each side times from its first message to the
+//! last, and prints one line: `KIND side depth=.. size=.. msgs=.. secs=.. msgs_per_s=..
+//! cpu_us_per_msg=..`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdma_async::cm::CmListener;
+use rdma_async::endpoint::{Endpoint, EndpointOptions};
+use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion};
+
+#[path = "common/usage.rs"]
+mod usage;
+use usage::Usage;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// The 8-byte message that tells the client the server has everything (and the count it saw).
+const DONE_LEN: usize = 8;
+
+/// What one side measured: its messages, the time they took and the process's cost meanwhile.
+struct Measured {
+    msgs: u64,
+    secs: Duration,
+    cost: Option<(Usage, Usage)>,
+}
+
+impl Measured {
+    fn report(&self, kind: &str, side: &str, depth: u32, size: usize) {
+        let n = self.msgs.max(1) as f64;
+        let (cpu, switches) = self.cost.map_or((0.0, 0.0), |(before, after)| {
+            (
+                (after.cpu - before.cpu).as_secs_f64() * 1e6 / n,
+                (after.switches - before.switches) as f64 / n,
+            )
+        });
+        println!(
+            "{kind} {side} depth={depth} size={size} msgs={} secs={:.3} msgs_per_s={:.0} \
+             cpu_us_per_msg={cpu:.2} switches_per_msg={switches:.3}",
+            self.msgs,
+            self.secs.as_secs_f64(),
+            n / self.secs.as_secs_f64().max(1e-9),
+        );
+    }
+}
+
+fn endpoint_options(depth: u32, size: usize) -> EndpointOptions {
+    // The receiver keeps twice the depth posted, so the sender never waits for a receive.
+    EndpointOptions::new()
+        .max_message_size(size)
+        .send_depth(depth.max(1))
+        .recv_depth((2 * depth).max(16))
+}
+
+async fn serve_send(listener: CmListener, depth: u32, size: usize) -> Result<(), BoxError> {
+    let request = listener.accept_request().await?;
+    let server = Endpoint::accept(request, &endpoint_options(depth, size)).await?;
+    let first = server.recv().await?;
+    let count = u64::from_le_bytes(first[..8].try_into()?);
+    let (usage, start) = (Usage::now()?, Instant::now());
+    for _ in 1..count {
+        let msg = server.recv().await?;
+        if msg.len() != size {
+            return Err(format!("a message of {} bytes, not {size}", msg.len()).into());
+        }
+    }
+    let measured = Measured {
+        msgs: count,
+        secs: start.elapsed(),
+        cost: Some((usage, Usage::now()?)),
+    };
+    server.send(&count.to_le_bytes()).await?;
+    measured.report("send", "server", depth, size);
+    server.closed().await?;
+    Ok(())
+}
+
+async fn client_send(
+    addr: SocketAddr,
+    depth: u32,
+    size: usize,
+    count: u64,
+) -> Result<(), BoxError> {
+    let client = Endpoint::connect(addr, &endpoint_options(depth, size)).await?;
+    let mut msg = vec![7u8; size];
+    msg[..8].copy_from_slice(&count.to_le_bytes());
+    let (usage, start) = (Usage::now()?, Instant::now());
+    // `send` returns once posted and waits only while `depth` sends are in flight.
+    for _ in 0..count {
+        client.send(&msg).await?;
+    }
+    let done = client.recv().await?;
+    let measured = Measured {
+        msgs: count,
+        secs: start.elapsed(),
+        cost: Some((usage, Usage::now()?)),
+    };
+    if done.len() != DONE_LEN || u64::from_le_bytes(done[..].try_into()?) != count {
+        return Err("the server did not receive every message".into());
+    }
+    measured.report("send", "client", depth, size);
+    client.disconnect().await?;
+    Ok(())
+}
+
+async fn serve_write(listener: CmListener, depth: u32, size: usize) -> Result<(), BoxError> {
+    let request = listener.accept_request().await?;
+    let conn = RdmaConnection::accept(request, &rdma_options(depth)).await?;
+    // One slot per task, so concurrent writes never overlap.
+    let target = conn.reg_shared(size * depth as usize, RemoteAccess::WRITE)?;
+    let mut descriptor = conn.reg_msgs(RemoteRegion::ENCODED_LEN)?;
+    descriptor.copy_from_slice(&target.remote().to_bytes());
+    let done = conn.reg_msgs(DONE_LEN)?;
+    let (received, sent) = tokio::join!(conn.recv(done, ..), conn.send(descriptor, ..));
+    sent.0?;
+    let (got, done) = received;
+    got?;
+    let count = u64::from_le_bytes(done[..8].try_into()?);
+    // The writes cost this side nothing: it only waited for the client's message.
+    let measured = Measured {
+        msgs: count,
+        secs: Duration::ZERO,
+        cost: None,
+    };
+    measured.report("write", "server", depth, size);
+    drop(target);
+    conn.close().await;
+    Ok(())
+}
+
+fn rdma_options(depth: u32) -> RdmaOptions {
+    RdmaOptions::new().send_depth(depth.max(2)).recv_depth(4)
+}
+
+async fn client_write(
+    addr: SocketAddr,
+    depth: u32,
+    size: usize,
+    count: u64,
+) -> Result<(), BoxError> {
+    let conn = Arc::new(RdmaConnection::connect(addr, &rdma_options(depth)).await?);
+    let inbox = conn.reg_msgs(RemoteRegion::ENCODED_LEN)?;
+    let (got, inbox) = conn.recv(inbox, ..).await;
+    got?;
+    let remote = RemoteRegion::from_bytes(&inbox)?;
+    let (usage, start) = (Usage::now()?, Instant::now());
+    let mut tasks = tokio::task::JoinSet::new();
+    for task in 0..u64::from(depth) {
+        let conn = conn.clone();
+        // Task `task` does every depth-th write, into its own slot.
+        let writes = count / u64::from(depth) + u64::from(task < count % u64::from(depth));
+        let slot = remote.slice(u32::try_from(task as usize * size)?, u32::try_from(size)?)?;
+        tasks.spawn(async move {
+            let mut region = conn.reg_msgs(size)?;
+            for _ in 0..writes {
+                let (wrote, back) = conn.write(region, .., slot).await;
+                wrote?;
+                region = back;
+            }
+            Ok::<_, std::io::Error>(())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done??;
+    }
+    let measured = Measured {
+        msgs: count,
+        secs: start.elapsed(),
+        cost: Some((usage, Usage::now()?)),
+    };
+    let mut done = conn.reg_msgs(DONE_LEN)?;
+    done.copy_from_slice(&count.to_le_bytes());
+    conn.send(done, ..).await.0?;
+    measured.report("write", "client", depth, size);
+    Ok(())
+}
+
+fn usage_exit() -> ! {
+    eprintln!(
+        "usage: msg_rate server ADDR send|write DEPTH SIZE | \
+         msg_rate client ADDR send|write DEPTH SIZE COUNT"
+    );
+    std::process::exit(2)
+}
+
+#[rdma_async::main]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let arg = |i: usize| {
+        args.get(i)
+            .map(String::as_str)
+            .unwrap_or_else(|| usage_exit())
+    };
+    let number = |i: usize| -> u64 { arg(i).parse().unwrap_or_else(|_| usage_exit()) };
+    let addr: SocketAddr = arg(1).parse().unwrap_or_else(|_| usage_exit());
+    let (kind, depth, size) = (arg(2), number(3) as u32, number(4) as usize);
+    // The first message carries the count (8 bytes).
+    if depth == 0 || size < DONE_LEN {
+        usage_exit();
+    }
+    let result = match (arg(0), kind) {
+        ("server", kind) => match CmListener::bind(addr).await {
+            Ok(listener) => {
+                println!("listening on {}", listener.local_addr());
+                match kind {
+                    "send" => serve_send(listener, depth, size).await,
+                    "write" => serve_write(listener, depth, size).await,
+                    _ => usage_exit(),
+                }
+            }
+            Err(e) => Err(e.into()),
+        },
+        ("client", "send") => client_send(addr, depth, size, number(5)).await,
+        ("client", "write") => client_write(addr, depth, size, number(5)).await,
+        _ => usage_exit(),
+    };
+    if let Err(e) = result {
+        eprintln!("msg_rate: {e}");
+        std::process::exit(1);
+    }
+}
