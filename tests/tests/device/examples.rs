@@ -258,3 +258,32 @@ async fn zero_copy_example_streams_pool_buffers_without_a_copy() {
         "every byte went by zero copy: {sent}"
     );
 }
+
+#[rdma_async::test]
+async fn msg_rate_example_counts_every_message_of_both_kinds() {
+    // The short version of scripts/compare-rate: 500 messages at depth 8, sends and writes.
+    for (kind, port) in [("send", "7493"), ("write", "7494")] {
+        let addr = format!("{}:{port}", test_ip());
+        let mut server = Tool::spawn(&example("msg_rate"), &["server", &addr, kind, "8", "64"]);
+        server.wait_for("listening on").await;
+        let (ok, client) = Tool::spawn(
+            &example("msg_rate"),
+            &["client", &addr, kind, "8", "64", "500"],
+        )
+        .finish()
+        .await;
+        assert!(ok, "the {kind} client failed:\n{client}");
+        let (ok, server) = server.finish().await;
+        assert!(ok, "the {kind} server failed:\n{server}");
+        for line in [
+            report_line(&client, &format!("{kind} client ")),
+            report_line(&server, &format!("{kind} server ")),
+        ] {
+            assert!(line.contains(" depth=8 size=64 msgs=500 "), "{line}");
+        }
+        assert!(
+            field(report_line(&client, kind), "msgs_per_s") > 0.0,
+            "{client}"
+        );
+    }
+}
