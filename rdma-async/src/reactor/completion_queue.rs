@@ -152,7 +152,7 @@ impl AsyncCq {
             let n = self.cq.poll(out)?;
             // The clock is read every few polls only: where it is slow to read (an emulated
             // HPET costs microseconds), reading it each time would be most of the window.
-            if n > 0 || (spin % CLOCK_EVERY == 0 && Instant::now() >= deadline) {
+            if n > 0 || (spin.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline) {
                 return Ok(n);
             }
             std::hint::spin_loop();
