@@ -9,8 +9,13 @@ use rdma_async_sys as sys;
 use crate::verbs::DeviceList;
 
 mod context;
+mod ports;
+mod select;
 
 pub use context::DeviceContext;
+pub use ports::{Gid, GidKind, LinkLayer, Port, PortState};
+pub use select::DeviceChoice;
+pub(crate) use select::{source_addr, verify as verify_device};
 
 /// An RDMA device, as `ibv_devices` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -14,6 +14,7 @@ mod examples;
 mod http;
 mod limits;
 mod mckey;
+mod ports;
 mod preload;
 mod rdma_ops;
 mod rdma_setup;
