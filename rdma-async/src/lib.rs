@@ -107,6 +107,7 @@ pub mod __test_hooks {
     //! Internal types that the compile-fail cases in `tests/ui/test_hooks` name (their methods
     //! stay crate-private), and the failure injection of the resource-limit tests. Never needed
     //! by users.
+    pub use crate::device::events::inject_event;
     pub use crate::verbs::fault_injection::fail_next;
     pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair, Resource};
 }

@@ -9,10 +9,12 @@ use rdma_async_sys as sys;
 use crate::verbs::DeviceList;
 
 mod context;
+pub(crate) mod events;
 mod ports;
 mod select;
 
 pub use context::DeviceContext;
+pub use events::{DeviceEvent, DeviceEventKind, DeviceEvents, event_counts, events};
 pub use ports::{Gid, GidKind, LinkLayer, Port, PortState};
 pub use select::DeviceChoice;
 pub(crate) use select::{source_addr, verify as verify_device};
