@@ -4,6 +4,7 @@
 //! install a process-wide tracing subscriber (`tracing`) are not here: each is its own binary,
 //! so no other test runs beside it. `scripts/device-tests` runs the binaries one at a time.
 
+mod choosing;
 mod cm;
 mod context;
 mod datagram;
