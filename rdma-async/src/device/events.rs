@@ -469,14 +469,27 @@ pub(crate) fn deregister_queue_pair(ctx: usize, qp: u32) {
 #[cfg(feature = "test-hooks")]
 pub fn inject_event(
     device: &str,
-    kind: rdma_async_sys::ibv_event_type::Type,
+    kind: DeviceEventKind,
     port: Option<u8>,
     qp_num: Option<u32>,
 ) -> io::Result<()> {
+    let raw = (0..=t::IBV_EVENT_WQ_FATAL)
+        .find(|&raw| DeviceEventKind::from_raw(raw) == kind)
+        .unwrap_or(match kind {
+            DeviceEventKind::Other(n) => n,
+            _ => u32::MAX,
+        });
     let fd = AsyncEventFd::all()?
         .into_iter()
         .find(|fd| fd.device_name() == device)
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("no device {device}")))?;
-    watcher().dispatch(&fd, RawAsyncEvent { kind, port, qp_num });
+    watcher().dispatch(
+        &fd,
+        RawAsyncEvent {
+            kind: raw,
+            port,
+            qp_num,
+        },
+    );
     Ok(())
 }
