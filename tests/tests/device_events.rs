@@ -245,7 +245,10 @@ async fn queue_pair_events_end_connections() {
     let (result, _) = guard("send on the broken connection", client.send(msg, ..)).await;
     let (kind, text) = err_kind(result);
     assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
-    assert!(text.contains("IBV_EVENT_QP_FATAL"), "names the event: {text}");
+    assert!(
+        text.contains("IBV_EVENT_QP_FATAL"),
+        "names the event: {text}"
+    );
     drop(server);
 
     // Another connection goes on.

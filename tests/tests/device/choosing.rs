@@ -49,7 +49,11 @@ async fn streams_listen_and_dial_by_device_name() {
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
-    assert_eq!(addr.ip(), test_ip(), "the listener took rxe0's IPv4 address");
+    assert_eq!(
+        addr.ip(),
+        test_ip(),
+        "the listener took rxe0's IPv4 address"
+    );
     assert_ne!(addr.port(), 0);
     let ((accepted, connected), ()) = guard("connect by device name", async {
         (
@@ -190,7 +194,10 @@ async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
             msg.contains(&test_ip().to_string()) && msg.contains("not an address of the chosen"),
             "{msg}"
         );
-        assert!(msg.contains(&test_ip6().to_string()), "names the GID's address: {msg}");
+        assert!(
+            msg.contains(&test_ip6().to_string()),
+            "names the GID's address: {msg}"
+        );
     };
     check(
         RListener::bind_with(test_addr(0), RStreamOptions::new().device(v6.clone()))
