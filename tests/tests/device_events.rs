@@ -251,6 +251,28 @@ async fn queue_pair_events_end_connections() {
     );
     drop(server);
 
+    // An Endpoint with a receive waiting when the event comes: the receive ends with it, and
+    // so does a later send.
+    let (_endpoint_server, endpoint) = endpoint_pair(&EndpointOptions::new()).await;
+    let qp = endpoint.qp_num();
+    let device = client.device_name().to_owned();
+    let (received, ()) = guard("a receive waiting across the event", async {
+        tokio::join!(endpoint.recv(), async {
+            tokio::task::yield_now().await;
+            inject_event(&device, DeviceEventKind::QpFatal, None, Some(qp)).unwrap();
+        })
+    })
+    .await;
+    println!("pending Endpoint::recv: {received:?}");
+    let (kind, text) = err_kind(received);
+    assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
+    let (kind, text) = err_kind(endpoint.send(b"late").await);
+    assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
+    assert!(
+        text.contains("IBV_EVENT_QP_FATAL"),
+        "names the event: {text}"
+    );
+
     // Another connection goes on.
     other.send(b"still here").await.unwrap();
 }

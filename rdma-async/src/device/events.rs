@@ -350,8 +350,13 @@ impl Watcher {
     }
 
     fn dispatch(&self, fd: &AsyncEventFd, raw: RawAsyncEvent) {
+        self.dispatch_from(fd.device_name(), fd.context().as_ptr() as usize, raw);
+    }
+
+    /// Handles `raw`, an event of device `device` whose context is at address `ctx`.
+    fn dispatch_from(&self, device: &str, ctx: usize, raw: RawAsyncEvent) {
         let event = DeviceEvent {
-            device: fd.device_name().to_owned(),
+            device: device.to_owned(),
             kind: DeviceEventKind::from_raw(raw.kind),
             port: raw.port,
             qp_num: raw.qp_num,
@@ -363,7 +368,7 @@ impl Watcher {
         if event.kind.breaks_queue_pair()
             && let Some(qp) = event.qp_num
         {
-            self.abort_owner(fd.context().as_ptr() as usize, qp, &event);
+            self.abort_owner(ctx, qp, &event);
         }
         // No subscriber is not an error.
         let _ = self.tx.send(event);
@@ -492,4 +497,79 @@ pub fn inject_event(
         },
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn every_libibverbs_event_type_has_its_kind_and_name() {
+        let kinds: Vec<DeviceEventKind> = (0..=t::IBV_EVENT_WQ_FATAL)
+            .map(DeviceEventKind::from_raw)
+            .collect();
+        for (raw, kind) in kinds.iter().enumerate() {
+            assert!(!matches!(kind, DeviceEventKind::Other(_)), "type {raw}");
+            let libibverbs = event_type_str(raw as u32);
+            assert!(!libibverbs.is_empty());
+        }
+        let mut unique = kinds.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), kinds.len(), "one kind per type");
+        assert_eq!(DeviceEventKind::from_raw(99), DeviceEventKind::Other(99));
+        assert_eq!(
+            DeviceEventKind::from_raw(t::IBV_EVENT_PORT_ERR).name(),
+            "IBV_EVENT_PORT_ERR"
+        );
+    }
+
+    struct Counting(Arc<AtomicUsize>);
+
+    impl QueuePairOwner for Counting {
+        fn abort(&self, event: &DeviceEvent) -> bool {
+            assert_eq!(event.kind, DeviceEventKind::QpFatal);
+            self.0.fetch_add(1, Ordering::SeqCst);
+            true
+        }
+    }
+
+    #[test]
+    fn a_breaking_queue_pair_event_ends_its_owner_once_and_is_counted_and_broadcast() {
+        let watcher = watcher();
+        let mut rx = watcher.tx.subscribe();
+        let aborted = Arc::new(AtomicUsize::new(0));
+        // A made-up context address no device has.
+        let ctx = 0x5ee0;
+        register_queue_pair(ctx, 7, Box::new(Counting(aborted.clone())));
+        let raw = |kind, qp_num| RawAsyncEvent {
+            kind,
+            port: None,
+            qp_num: Some(qp_num),
+        };
+        // Another queue pair's event and a harmless one leave it alone.
+        watcher.dispatch_from("fake9", ctx, raw(t::IBV_EVENT_QP_FATAL, 8));
+        watcher.dispatch_from("fake9", ctx, raw(t::IBV_EVENT_COMM_EST, 7));
+        assert_eq!(aborted.load(Ordering::SeqCst), 0);
+        watcher.dispatch_from("fake9", ctx, raw(t::IBV_EVENT_QP_FATAL, 7));
+        assert_eq!(aborted.load(Ordering::SeqCst), 1);
+        // Ended once: the owner is forgotten.
+        watcher.dispatch_from("fake9", ctx, raw(t::IBV_EVENT_QP_FATAL, 7));
+        assert_eq!(aborted.load(Ordering::SeqCst), 1);
+
+        let counts = event_counts();
+        assert_eq!(
+            counts.get(&("fake9".to_owned(), DeviceEventKind::QpFatal)),
+            Some(&3)
+        );
+        let seen: Vec<DeviceEvent> = std::iter::from_fn(|| rx.try_recv().ok())
+            .filter(|e| e.device == "fake9")
+            .collect();
+        assert_eq!(seen.len(), 4);
+        assert_eq!(
+            seen[2].to_string(),
+            "IBV_EVENT_QP_FATAL on RDMA device fake9 queue pair 7"
+        );
+    }
 }
