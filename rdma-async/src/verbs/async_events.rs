@@ -15,7 +15,7 @@ use rdma_async_sys as sys;
 
 use super::async_fd::OwnsFd;
 use super::cm_devices::CmDevices;
-use super::device_attr::{device_name, query_port};
+use super::device_attr::{device_name, query_device, query_port};
 use crate::error;
 
 /// One device context's asynchronous event descriptor, made non-blocking.
@@ -159,7 +159,8 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// Looks up port `port`'s state on librdmacm's context of `device` (`ibv_query_port`).
+/// Port `port`'s state, from librdmacm's context of `device` (`ibv_query_device` for the
+/// port count, then `ibv_query_port`).
 pub(crate) fn query_port_state(device: &str, port: u8) -> io::Result<sys::ibv_port_state::Type> {
     let devices = CmDevices::new()?;
     let ctx = devices.by_name(device).ok_or_else(|| {
@@ -171,6 +172,13 @@ pub(crate) fn query_port_state(device: &str, port: u8) -> io::Result<sys::ibv_po
             ),
         )
     })?;
+    let ports = query_device(ctx)?.phys_port_cnt;
+    if port == 0 || port > ports {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("RDMA device {device} has no port {port} (its ports are 1 to {ports})"),
+        ));
+    }
     Ok(query_port(ctx, port)?.state)
 }
 
