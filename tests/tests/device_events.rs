@@ -14,6 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use rdma_async::__test_hooks::inject_event;
+use rdma_async::datagram::{RDatagram, RDatagramOptions};
 use rdma_async::device::{DeviceEvent, DeviceEventKind, DeviceEvents, PortState, devices, events};
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
@@ -106,7 +107,8 @@ async fn child() {
 }
 
 /// rxe1 by name: listening on a wildcard takes its address, a stream dialed through it uses
-/// it; rxe0's address with rxe1 chosen is refused.
+/// it; an address rdma_cm puts on the other device, and rxe0's address, are refused with rxe1
+/// chosen.
 async fn second_device_by_name() {
     let addr: IpAddr = ADDR.parse().unwrap();
     let options = RStreamOptions::new().device(SECOND);
@@ -127,6 +129,36 @@ async fn second_device_by_name() {
     let mut buf = [0u8; 8];
     guard("read", server.read_exact(&mut buf)).await.unwrap();
     assert_eq!(&buf, b"via rxe1");
+
+    // One address on both netdevs: the GID tables of both devices have it, and rdma_cm binds
+    // it to one of them (rxe1 here). Choosing the other is refused once rdma_cm has bound the
+    // id, naming both; choosing that one works.
+    run("ip", &["addr", "add", "10.77.8.1/32", "dev", "rdma0"]).await;
+    run("ip", &["addr", "add", "10.77.8.1/32", "dev", NETDEV]).await;
+    let bind = |choice: Option<&str>| {
+        let mut opts = RDatagramOptions::new();
+        if let Some(c) = choice {
+            opts = opts.device(c);
+        }
+        async move {
+            RDatagram::bind_with("10.77.8.1:0", opts)
+                .await
+                .map(|s| s.context().device_name().to_owned())
+        }
+    };
+    let picked = bind(None).await.unwrap();
+    let other = if picked == SECOND { "rxe0" } else { SECOND };
+    println!("rdma_cm binds an address of both devices to {picked}");
+    assert_eq!(bind(Some(&picked)).await.unwrap(), picked);
+    let (kind, msg) = err_kind(bind(Some(other)).await);
+    assert_eq!(kind, io::ErrorKind::AddrNotAvailable, "{msg}");
+    assert!(
+        msg.contains(&format!("on RDMA device {picked}"))
+            && msg.contains(&format!("not on the chosen RDMA device {other}")),
+        "{msg}"
+    );
+    run("ip", &["addr", "del", "10.77.8.1/32", "dev", "rdma0"]).await;
+    run("ip", &["addr", "del", "10.77.8.1/32", "dev", NETDEV]).await;
 
     // rxe0's address with rxe1 chosen.
     let (kind, msg) = err_kind(RListener::bind_with(test_addr(0), options.clone()).await);
@@ -263,9 +295,12 @@ async fn queue_pair_events_end_connections() {
         })
     })
     .await;
-    println!("pending Endpoint::recv: {received:?}");
     let (kind, text) = err_kind(received);
     assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
+    assert!(
+        text.contains("IBV_EVENT_QP_FATAL"),
+        "names the event: {text}"
+    );
     let (kind, text) = err_kind(endpoint.send(b"late").await);
     assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
     assert!(

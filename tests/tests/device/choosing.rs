@@ -225,3 +225,37 @@ async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
         .unwrap();
     assert_eq!(agreeing.local_addr().unwrap().ip(), test_ip());
 }
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_link_local_gid_is_bound_with_its_netdevs_scope() {
+    // GID 0 of a RoCE port is the netdev's link-local address: binding it needs the scope.
+    let device = devices()
+        .unwrap()
+        .into_iter()
+        .find(|d| d.name() == DEVICE)
+        .unwrap();
+    let ports = device.ports().unwrap();
+    let gid0 = ports[0].gid(0).unwrap().clone();
+    let Some(IpAddr::V6(link_local)) = gid0.ip else {
+        panic!("GID 0 is not an IPv6 address: {gid0:?}");
+    };
+    assert_eq!(link_local.segments()[0], 0xfe80, "{gid0:?}");
+    let choice = DeviceChoice::new(DEVICE).gid_index(0);
+    let listener = CmListener::bind_on_device(any_v6(0), 16, &IdOptions::default(), &choice)
+        .await
+        .unwrap();
+    let addr = listener.local_addr();
+    assert_eq!(addr.ip(), IpAddr::V6(link_local));
+    let opts = EndpointOptions::new().device(choice);
+    let (server, client) = guard("endpoint over the link-local GID", async {
+        tokio::join!(
+            async { Endpoint::accept(listener.accept_request().await?, &opts).await },
+            Endpoint::connect(addr, &opts)
+        )
+    })
+    .await;
+    let (server, client) = (server.unwrap(), client.unwrap());
+    assert_eq!(client.local_addr().ip(), IpAddr::V6(link_local));
+    client.send(b"fe80").await.unwrap();
+    assert_eq!(&guard("recv", server.recv()).await.unwrap()[..], b"fe80");
+}
