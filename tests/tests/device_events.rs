@@ -15,7 +15,10 @@ use std::time::Duration;
 
 use rdma_async::__test_hooks::inject_event;
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
-use rdma_async::device::{DeviceEvent, DeviceEventKind, DeviceEvents, PortState, devices, events};
+use rdma_async::device::{
+    DeviceEvent, DeviceEventKind, DeviceEvents, PortState, devices, event_counts, events,
+    port_states,
+};
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
@@ -104,6 +107,8 @@ async fn child() {
     second_device_by_name().await;
     port_events().await;
     queue_pair_events_end_connections().await;
+    // For the record: every event the devices reported (and the injected ones).
+    println!("events counted: {:?}", event_counts());
 }
 
 /// rxe1 by name: listening on a wildcard takes its address, a stream dialed through it uses
@@ -219,11 +224,14 @@ async fn port_events() {
     let error = seen.last().unwrap();
     assert_eq!(error.port, Some(1), "{error}");
     assert_eq!(device.port_state(1).unwrap(), PortState::Down);
+    let key = (SECOND.to_owned(), 1);
+    assert_eq!(port_states().get(&key), Some(&PortState::Down));
 
     run("ip", &["link", "set", NETDEV, "up"]).await;
     let seen = next_of(&mut events, DeviceEventKind::PortActive).await;
     assert_eq!(seen.last().unwrap().port, Some(1));
     assert_eq!(device.port_state(1).unwrap(), PortState::Active);
+    assert_eq!(port_states().get(&key), Some(&PortState::Active));
     // The queue pair stays in the error state after the port came back: the stream is broken,
     // and says why.
     let after = guard("write after the port came back", async {
@@ -237,7 +245,7 @@ async fn port_events() {
     assert!(text.contains("local QP operation error"), "{text}");
     drop(server);
 
-    let counts = rdma_async::device::event_counts();
+    let counts = event_counts();
     for kind in [DeviceEventKind::PortError, DeviceEventKind::PortActive] {
         assert!(
             counts.get(&(SECOND.to_owned(), kind)).copied().unwrap_or(0) >= 1,

@@ -254,6 +254,15 @@ pub fn event_counts() -> BTreeMap<(String, DeviceEventKind), u64> {
     lock(&watcher().counts).clone()
 }
 
+/// The state of each port as its last port event left it, by device name and port number:
+/// `Active` after `IBV_EVENT_PORT_ACTIVE`, `Down` after `IBV_EVENT_PORT_ERR` (on InfiniBand
+/// the port may be `Init` or `Armed` then; [`Device::port_state`] asks the device). Kept by
+/// the event readers (see [`events`]) while they run, without a system call; ports without an
+/// event since the readers started are not in it.
+pub fn port_states() -> BTreeMap<(String, u8), PortState> {
+    lock(&watcher().ports).clone()
+}
+
 impl Device {
     /// The state of port `port` now, asked of the device (`ibv_query_port` on librdmacm's
     /// context of the device, which stays open in the process). Port events ([`events`]) say
@@ -296,6 +305,8 @@ struct Watcher {
     /// The running readers, by context address, each with its liveness flag.
     readers: Mutex<HashMap<usize, Arc<AtomicBool>>>,
     counts: Mutex<BTreeMap<(String, DeviceEventKind), u64>>,
+    /// What the last port event of each (device, port) said.
+    ports: Mutex<BTreeMap<(String, u8), PortState>>,
     /// The connections, by (context address, queue pair number).
     owners: Mutex<HashMap<(usize, u32), Box<dyn QueuePairOwner>>>,
 }
@@ -306,6 +317,7 @@ fn watcher() -> &'static Watcher {
         tx: broadcast::channel(CHANNEL_CAPACITY).0,
         readers: Mutex::new(HashMap::new()),
         counts: Mutex::new(BTreeMap::new()),
+        ports: Mutex::new(BTreeMap::new()),
         owners: Mutex::new(HashMap::new()),
     })
 }
@@ -358,6 +370,14 @@ impl Watcher {
         *lock(&self.counts)
             .entry((event.device.clone(), event.kind))
             .or_default() += 1;
+        let state = match event.kind {
+            DeviceEventKind::PortActive => Some(PortState::Active),
+            DeviceEventKind::PortError => Some(PortState::Down),
+            _ => None,
+        };
+        if let (Some(state), Some(port)) = (state, event.port) {
+            lock(&self.ports).insert((event.device.clone(), port), state);
+        }
         if event.kind.breaks_queue_pair()
             && let Some(qp) = event.qp_num
         {

@@ -14,7 +14,7 @@ mod ports;
 mod select;
 
 pub use context::DeviceContext;
-pub use events::{DeviceEvent, DeviceEventKind, DeviceEvents, event_counts, events};
+pub use events::{DeviceEvent, DeviceEventKind, DeviceEvents, event_counts, events, port_states};
 pub use ports::{Gid, GidKind, LinkLayer, Port, PortState};
 pub use select::DeviceChoice;
 pub(crate) use select::{source_addr, verify as verify_device};
