@@ -8,28 +8,35 @@ use std::net::{IpAddr, SocketAddr};
 
 use rdma_async::cm::{CmListener, IdOptions};
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
-use rdma_async::device::{DeviceChoice, devices};
+use rdma_async::device::{DeviceChoice, DeviceContext, devices};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_tests::{err_kind, guard, test_addr, test_ip, test_ip6};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-const DEVICE: &str = "rxe0";
+/// The device of the test address (rxe0 in the Soft-RoCE guest).
+fn device_name() -> String {
+    DeviceContext::for_local_addr(test_ip())
+        .unwrap()
+        .device_name()
+        .to_owned()
+}
 
-/// The GID index of `ip` on rxe0 port 1.
+/// The GID index of `ip` on the test device's port 1.
 fn gid_index_of(ip: IpAddr) -> u32 {
+    let name = device_name();
     let device = devices()
         .unwrap()
         .into_iter()
-        .find(|d| d.name() == DEVICE)
-        .expect("rxe0");
+        .find(|d| d.name() == name)
+        .expect("the test device");
     let ports = device.ports().unwrap();
     ports[0]
         .gids
         .iter()
         .find(|g| g.ip == Some(ip))
-        .unwrap_or_else(|| panic!("no GID of {ip} on {DEVICE}: {ports:?}"))
+        .unwrap_or_else(|| panic!("no GID of {ip} on {name}: {ports:?}"))
         .index
 }
 
@@ -43,7 +50,9 @@ fn any_v6(port: u16) -> SocketAddr {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_listen_and_dial_by_device_name() {
-    let options = RStreamOptions::new().device(DEVICE);
+    let device = device_name();
+    let device = device.as_str();
+    let options = RStreamOptions::new().device(device);
     // A wildcard address with a device: the device's IPv4 address, the wildcard's port.
     let listener = RListener::bind_with(any_v4(0), options.clone())
         .await
@@ -52,7 +61,7 @@ async fn streams_listen_and_dial_by_device_name() {
     assert_eq!(
         addr.ip(),
         test_ip(),
-        "the listener took rxe0's IPv4 address"
+        "the listener took the device's IPv4 address"
     );
     assert_ne!(addr.port(), 0);
     let ((accepted, connected), ()) = guard("connect by device name", async {
@@ -65,7 +74,7 @@ async fn streams_listen_and_dial_by_device_name() {
     let (mut server, _) = accepted.unwrap();
     let mut client = connected.unwrap();
     assert_eq!(client.local_addr().unwrap().ip(), test_ip());
-    assert_eq!(client.context().device_name(), DEVICE);
+    assert_eq!(client.context().device_name(), device);
     client.write_all(b"by name").await.unwrap();
     let mut buf = [0u8; 7];
     guard("read", server.read_exact(&mut buf)).await.unwrap();
@@ -74,8 +83,10 @@ async fn streams_listen_and_dial_by_device_name() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoints_and_rdma_connections_dial_by_device_port_and_gid_index() {
+    let device = device_name();
+    let device = device.as_str();
     let v6 = gid_index_of(test_ip6());
-    let choice = DeviceChoice::new(DEVICE).port(1).gid_index(v6);
+    let choice = DeviceChoice::new(device).port(1).gid_index(v6);
     // A listener on the IPv6 GID, chosen by index; its address is that GID's.
     let listener = CmListener::bind_on_device(any_v6(0), 16, &IdOptions::default(), &choice)
         .await
@@ -106,14 +117,14 @@ async fn endpoints_and_rdma_connections_dial_by_device_port_and_gid_index() {
     .await;
     let (server, client) = (server.unwrap(), client.unwrap());
     assert_eq!(client.local_addr().ip(), test_ip6());
-    assert_eq!(client.device_name(), DEVICE);
-    assert_eq!(server.device_name(), DEVICE);
+    assert_eq!(client.device_name(), device);
+    assert_eq!(server.device_name(), device);
 
     // The IPv4 GID by index for a datagram socket on a wildcard.
     let v4 = gid_index_of(test_ip());
     let socket = RDatagram::bind_with(
         any_v4(0),
-        RDatagramOptions::new().device(DeviceChoice::new(DEVICE).gid_index(v4)),
+        RDatagramOptions::new().device(DeviceChoice::new(device).gid_index(v4)),
     )
     .await
     .unwrap();
@@ -130,43 +141,45 @@ fn assert_not_found<T: std::fmt::Debug>(result: io::Result<T>, wanted: &str, exi
 
 #[rdma_async::test]
 async fn an_unknown_device_port_or_gid_is_not_found_naming_what_exists() {
+    let device = device_name();
+    let device = device.as_str();
     let target = test_addr(4791);
     let nope = "mlx5_9";
     assert_not_found(
         RStream::connect_with(target, &RStreamOptions::new().device(nope)).await,
         nope,
-        DEVICE,
+        device,
     );
     assert_not_found(
         Endpoint::connect(target, &EndpointOptions::new().device(nope)).await,
         nope,
-        DEVICE,
+        device,
     );
     assert_not_found(
         RdmaConnection::connect(target, &RdmaOptions::new().device(nope)).await,
         nope,
-        DEVICE,
+        device,
     );
     assert_not_found(
         RListener::bind_with(any_v4(0), RStreamOptions::new().device(nope)).await,
         nope,
-        DEVICE,
+        device,
     );
     assert_not_found(
         CmListener::bind_on_device(any_v4(0), 16, &IdOptions::default(), &nope.into()).await,
         nope,
-        DEVICE,
+        device,
     );
     assert_not_found(
         RDatagram::bind_with(any_v4(0), RDatagramOptions::new().device(nope)).await,
         nope,
-        DEVICE,
+        device,
     );
     // A port and a GID index that do not exist.
     assert_not_found(
         RListener::bind_with(
             any_v4(0),
-            RStreamOptions::new().device(DeviceChoice::new(DEVICE).port(2)),
+            RStreamOptions::new().device(DeviceChoice::new(device).port(2)),
         )
         .await,
         "no port 2",
@@ -175,7 +188,7 @@ async fn an_unknown_device_port_or_gid_is_not_found_naming_what_exists() {
     assert_not_found(
         RStream::connect_with(
             target,
-            &RStreamOptions::new().device(DeviceChoice::new(DEVICE).gid_index(999)),
+            &RStreamOptions::new().device(DeviceChoice::new(device).gid_index(999)),
         )
         .await,
         "no GID at index 999",
@@ -185,8 +198,10 @@ async fn an_unknown_device_port_or_gid_is_not_found_naming_what_exists() {
 
 #[rdma_async::test]
 async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
+    let device = device_name();
+    let device = device.as_str();
     // The IPv6 GID chosen by index, the IPv4 address given to bind: they disagree.
-    let v6 = DeviceChoice::new(DEVICE).gid_index(gid_index_of(test_ip6()));
+    let v6 = DeviceChoice::new(device).gid_index(gid_index_of(test_ip6()));
     let check = |result: io::Result<()>| {
         let (kind, msg) = err_kind(result);
         assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
@@ -220,7 +235,7 @@ async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
         .map(drop),
     );
     // An address that agrees with the device is kept.
-    let agreeing = RListener::bind_with(test_addr(0), RStreamOptions::new().device(DEVICE))
+    let agreeing = RListener::bind_with(test_addr(0), RStreamOptions::new().device(device))
         .await
         .unwrap();
     assert_eq!(agreeing.local_addr().unwrap().ip(), test_ip());
@@ -228,19 +243,22 @@ async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_link_local_gid_is_bound_with_its_netdevs_scope() {
+    let device = device_name();
+    let device = device.as_str();
     // GID 0 of a RoCE port is the netdev's link-local address: binding it needs the scope.
-    let device = devices()
+    let ports = devices()
         .unwrap()
         .into_iter()
-        .find(|d| d.name() == DEVICE)
+        .find(|d| d.name() == device)
+        .unwrap()
+        .ports()
         .unwrap();
-    let ports = device.ports().unwrap();
     let gid0 = ports[0].gid(0).unwrap().clone();
     let Some(IpAddr::V6(link_local)) = gid0.ip else {
         panic!("GID 0 is not an IPv6 address: {gid0:?}");
     };
     assert_eq!(link_local.segments()[0], 0xfe80, "{gid0:?}");
-    let choice = DeviceChoice::new(DEVICE).gid_index(0);
+    let choice = DeviceChoice::new(device).gid_index(0);
     let listener = CmListener::bind_on_device(any_v6(0), 16, &IdOptions::default(), &choice)
         .await
         .unwrap();
