@@ -14,12 +14,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 use rdma_async::__test_hooks::inject_event;
+use rdma_async::cm::CmListener;
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
 use rdma_async::device::{
     DeviceEvent, DeviceEventKind, DeviceEvents, PortState, devices, event_counts, events,
     port_states,
 };
-use rdma_async::endpoint::EndpointOptions;
+use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_tests::{endpoint_pair, err_kind, guard, rdma_pair, test_addr};
@@ -164,6 +165,32 @@ async fn second_device_by_name() {
     );
     run("ip", &["addr", "del", "10.77.8.1/32", "dev", "rdma0"]).await;
     run("ip", &["addr", "del", "10.77.8.1/32", "dev", NETDEV]).await;
+
+    // Accepting with rxe0 chosen a request that came through rxe1 (to a wildcard listener):
+    // refused, and the client is told.
+    let wildcard = CmListener::bind(SocketAddr::new([0, 0, 0, 0].into(), 0))
+        .await
+        .unwrap();
+    let to_second = SocketAddr::new(addr, wildcard.local_addr().port());
+    let (on_first, plain) = (
+        EndpointOptions::new().device("rxe0"),
+        EndpointOptions::new(),
+    );
+    let (accepted, connected) = guard("accept through the wrong device", async {
+        tokio::join!(
+            async {
+                let request = wildcard.accept_request().await?;
+                Endpoint::accept(request, &on_first).await
+            },
+            Endpoint::connect(to_second, &plain)
+        )
+    })
+    .await;
+    let (kind, msg) = err_kind(accepted);
+    assert_eq!(kind, io::ErrorKind::AddrNotAvailable, "{msg}");
+    assert!(msg.contains(SECOND) && msg.contains("rxe0"), "{msg}");
+    let (kind, msg) = err_kind(connected);
+    assert_eq!(kind, io::ErrorKind::ConnectionRefused, "{msg}");
 
     // rxe0's address with rxe1 chosen.
     let (kind, msg) = err_kind(RListener::bind_with(test_addr(0), options.clone()).await);
