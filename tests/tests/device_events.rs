@@ -23,7 +23,7 @@ use rdma_async::device::{
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::{endpoint_pair, err_kind, guard, rdma_pair, test_addr};
+use rdma_async_tests::{endpoint_pair, err_kind, guard, rdma_pair, stream_pair, test_addr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -342,6 +342,30 @@ async fn queue_pair_events_end_connections() {
         text.contains("IBV_EVENT_QP_FATAL"),
         "names the event: {text}"
     );
+
+    // A stream with a read waiting when the event comes: the read fails (never EOF) naming
+    // the event, and so does a later write.
+    let (_stream_server, mut stream) = stream_pair(RStreamOptions::new()).await;
+    let qp = stream.qp_num();
+    let mut buf = [0u8; 4];
+    let (read, ()) = guard("a read waiting across the event", async {
+        tokio::join!(stream.read(&mut buf), async {
+            tokio::task::yield_now().await;
+            inject_event(&device, DeviceEventKind::QpFatal, None, Some(qp)).unwrap();
+        })
+    })
+    .await;
+    println!("pending RStream::read: {read:?}");
+    let (kind, text) = err_kind(read);
+    assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
+    assert!(
+        text.contains("IBV_EVENT_QP_FATAL"),
+        "names the event: {text}"
+    );
+    let written = stream.write_all(b"late").await;
+    println!("RStream::write_all after: {written:?}");
+    let (kind, text) = err_kind(written);
+    assert_eq!(kind, io::ErrorKind::ConnectionAborted, "{text}");
 
     // Another connection goes on.
     other.send(b"still here").await.unwrap();

@@ -107,6 +107,11 @@ impl CmLink {
         self.local
     }
 
+    /// The connection's queue pair number (0 if the id has none).
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.id.qp_num().unwrap_or(0)
+    }
+
     pub(crate) fn peer_private_data(&self) -> &[u8] {
         &self.peer_private_data
     }
@@ -339,6 +344,10 @@ impl QueuePairOwner for LinkOwner {
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         tracing::warn!(parent: &self.span, %event, "a device event broke the queue pair: disconnecting");
         state.broken_by = Some(event.to_string());
+        // Over now, as after a device removal: waiters woken by the flushed work requests
+        // find it closed instead of waiting for rdma_cm's DISCONNECTED, which needs the peer's
+        // answer to our disconnect request (or its timeout).
+        state.disconnected = true;
         // Moves the queue pair to the error state: pending work requests complete (flushed) and
         // wake their waiters, who find the connection closed.
         if !state.local_disconnect {
