@@ -10,7 +10,7 @@ use std::task::{Context, Poll, Waker, ready};
 
 use super::events::CmEvents;
 use crate::device::DeviceEvent;
-use crate::device::events::QueuePairOwner;
+use crate::device::events::{QueuePairOwner, Registration};
 use crate::reactor::FdWaiter;
 use crate::verbs::CmId;
 
@@ -40,8 +40,8 @@ pub(crate) struct CmLink {
     /// Shared with the device event reader, which may end the connection (see
     /// [`crate::device::events`]).
     state: Arc<Mutex<LinkState>>,
-    /// (device context, queue pair number) under which the event reader knows the link.
-    registered: Option<(usize, u32)>,
+    /// The link's entry among the queue pair owners the device event reader knows.
+    registered: Option<Registration>,
     peer_private_data: Vec<u8>,
     peer: SocketAddr,
     local: SocketAddr,
@@ -64,17 +64,15 @@ impl CmLink {
         if let Some(qp) = id.qp_num() {
             span.record("qp", qp);
             if let Ok(ctx) = id.verbs() {
-                let key = (ctx.as_ptr() as usize, qp);
-                crate::device::events::register_queue_pair(
-                    key.0,
-                    key.1,
+                registered = Some(crate::device::events::register_queue_pair(
+                    ctx.as_ptr() as usize,
+                    qp,
                     Box::new(LinkOwner {
                         state: Arc::downgrade(&state),
                         id: Arc::downgrade(&id),
                         span: span.clone(),
                     }),
-                );
-                registered = Some(key);
+                ));
             }
         }
         Ok(CmLink {
@@ -317,8 +315,8 @@ impl CmLink {
 impl Drop for CmLink {
     fn drop(&mut self) {
         // An orderly goodbye: the peer sees DISCONNECTED rather than a transport timeout.
-        if let Some((ctx, qp)) = self.registered {
-            crate::device::events::deregister_queue_pair(ctx, qp);
+        if let Some(registration) = self.registered.take() {
+            registration.forget();
         }
         let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if !state.local_disconnect {

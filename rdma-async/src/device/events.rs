@@ -18,7 +18,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use rdma_async_sys::ibv_event_type as t;
@@ -299,6 +299,9 @@ pub(crate) trait QueuePairOwner: Send + Sync {
     fn abort(&self, event: &DeviceEvent) -> bool;
 }
 
+/// A queue pair's owner and its registration.
+type Owner = (Registration, Box<dyn QueuePairOwner>);
+
 /// The process-wide readers, subscribers, counts and queue pair owners.
 struct Watcher {
     tx: broadcast::Sender<DeviceEvent>,
@@ -307,8 +310,8 @@ struct Watcher {
     counts: Mutex<BTreeMap<(String, DeviceEventKind), u64>>,
     /// What the last port event of each (device, port) said.
     ports: Mutex<BTreeMap<(String, u8), PortState>>,
-    /// The connections, by (context address, queue pair number).
-    owners: Mutex<HashMap<(usize, u32), Box<dyn QueuePairOwner>>>,
+    /// The connections, by (context address, queue pair number), each with its registration.
+    owners: Mutex<HashMap<(usize, u32), Owner>>,
 }
 
 fn watcher() -> &'static Watcher {
@@ -390,7 +393,7 @@ impl Watcher {
     fn abort_owner(&self, ctx: usize, qp: u32, event: &DeviceEvent) {
         let owner = lock(&self.owners).remove(&(ctx, qp));
         match owner {
-            Some(owner) if owner.abort(event) => {
+            Some((_, owner)) if owner.abort(event) => {
                 tracing::warn!(target: "rdma_async::device::events", %event, "connection ended by a device event");
             }
             _ => {
@@ -464,17 +467,46 @@ async fn read_events(fd: AsyncFd<AsyncEventFd>, _alive: Alive) {
 /// Registers the owner of queue pair `qp` on device context `ctx`, and makes sure the readers
 /// run (on the current runtime, if there is one), so a fatal event of the queue pair ends the
 /// connection.
-pub(crate) fn register_queue_pair(ctx: usize, qp: u32, owner: Box<dyn QueuePairOwner>) {
+pub(crate) fn register_queue_pair(
+    ctx: usize,
+    qp: u32,
+    owner: Box<dyn QueuePairOwner>,
+) -> Registration {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let registration = Registration {
+        ctx,
+        qp,
+        serial: NEXT.fetch_add(1, Ordering::Relaxed),
+    };
     let watcher = watcher();
-    lock(&watcher.owners).insert((ctx, qp), owner);
+    lock(&watcher.owners).insert((ctx, qp), (registration, owner));
     if let Err(e) = watcher.start(false) {
         tracing::debug!(target: "rdma_async::device::events", error = %e, "device event readers not started");
     }
+    registration
 }
 
-/// Forgets the owner of queue pair `qp` on context `ctx` (the connection is being released).
-pub(crate) fn deregister_queue_pair(ctx: usize, qp: u32) {
-    lock(&watcher().owners).remove(&(ctx, qp));
+/// A connection's entry among the queue pair owners.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Registration {
+    ctx: usize,
+    qp: u32,
+    /// Tells this entry from a later one for a reused queue pair number.
+    serial: u64,
+}
+
+impl Registration {
+    /// Forgets the owner (the connection is being released), unless a newer connection already
+    /// took the queue pair number over.
+    pub(crate) fn forget(self) {
+        let mut owners = lock(&watcher().owners);
+        if owners
+            .get(&(self.ctx, self.qp))
+            .is_some_and(|(registration, _)| *registration == self)
+        {
+            owners.remove(&(self.ctx, self.qp));
+        }
+    }
 }
 
 /// Test hook: handles `kind` for queue pair `qp_num` or port `port` of `device` as if the device
@@ -584,5 +616,24 @@ mod tests {
             seen[2].to_string(),
             "IBV_EVENT_QP_FATAL on RDMA device fake9 queue pair 7"
         );
+    }
+
+    #[test]
+    fn a_released_connection_does_not_forget_a_newer_owner_of_its_queue_pair_number() {
+        let watcher = watcher();
+        let (old, new) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let ctx = 0x5ee1;
+        let first = register_queue_pair(ctx, 9, Box::new(Counting(old.clone())));
+        // The number is reused before the first connection's link is dropped.
+        let _second = register_queue_pair(ctx, 9, Box::new(Counting(new.clone())));
+        first.forget();
+        let raw = RawAsyncEvent {
+            kind: t::IBV_EVENT_QP_FATAL,
+            port: None,
+            qp_num: Some(9),
+        };
+        watcher.dispatch_from("fake8", ctx, raw);
+        assert_eq!(old.load(Ordering::SeqCst), 0);
+        assert_eq!(new.load(Ordering::SeqCst), 1);
     }
 }
