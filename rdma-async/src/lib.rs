@@ -63,7 +63,10 @@
 //! Levels: `debug` for the life of connections and listeners (listen, connect, accept, reject,
 //! disconnect, release, failed connects); `warn` for what a peer did wrong or what broke a
 //! connection (failed handshakes, transport failures, protocol violations); `error` for a listener
-//! whose device went away.
+//! whose device went away. Device asynchronous events (see [`device::events`]) are logged with
+//! target `rdma_async::device::events` and fields `device`, `event`, `port`, `qp`: `error` for
+//! fatal queue pair, completion queue and device events, `warn` for a port going down, `info` for
+//! a port coming up, `debug` for the rest.
 //!
 //! All `unsafe` code lives in `rdma-async-sys` and in this crate's private `verbs` module.
 
@@ -107,6 +110,7 @@ pub mod __test_hooks {
     //! Internal types that the compile-fail cases in `tests/ui/test_hooks` name (their methods
     //! stay crate-private), and the failure injection of the resource-limit tests. Never needed
     //! by users.
+    pub use crate::device::events::inject_event;
     pub use crate::verbs::fault_injection::fail_next;
     pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair, Resource};
 }

@@ -24,7 +24,7 @@ use super::params::{ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DAT
 use super::reject_reason::reject_with_reason;
 use super::request::ConnectRequest;
 use super::resolve::connect_each;
-use crate::device::DeviceContext;
+use crate::device::{DeviceChoice, DeviceContext};
 use crate::verbs::{CmEvent, CmId, EventChannel, PortSpace};
 
 /// The default bound on an accept (see `accept_timeout` in [`dial_setters`]).
@@ -56,6 +56,8 @@ pub(crate) struct DialOptions {
     pub(crate) context: Option<DeviceContext>,
     /// Whether each connection gets a context (protection domain) of its own.
     pub(crate) isolated: bool,
+    /// The device (port, GID) to go through, when chosen by name.
+    pub(crate) device: Option<DeviceChoice>,
 }
 
 impl Default for DialOptions {
@@ -68,6 +70,7 @@ impl Default for DialOptions {
             id: IdOptions::default(),
             context: None,
             isolated: false,
+            device: None,
         }
     }
 }
@@ -112,6 +115,18 @@ macro_rules! dial_setters {
         /// The local address to connect from.
         pub fn bind(mut self, addr: std::net::SocketAddr) -> Self {
             self.dial.bind = Some(addr);
+            self
+        }
+
+        /// The RDMA device to go through, by name (`"rxe0"`), or a device, port and GID index
+        /// ([`DeviceChoice`](crate::device::DeviceChoice), which says how the local address is
+        /// picked from the port's GID table). With [`bind`](Self::bind) too, a wildcard address
+        /// lends its port and family; any other must be an address of the chosen GIDs, or the
+        /// connect fails with `InvalidInput`. When accepting, a request that came through
+        /// another device is rejected with `AddrNotAvailable`. An unknown device, port or GID
+        /// index is `NotFound`, naming those there are.
+        pub fn device(mut self, choice: impl Into<$crate::device::DeviceChoice>) -> Self {
+            self.dial.device = Some(choice.into());
             self
         }
 
@@ -246,8 +261,10 @@ async fn connect_one<P>(
     build: impl FnOnce(&Arc<CmId>) -> io::Result<(P, Option<Vec<u8>>)>,
 ) -> io::Result<(P, CmLink)> {
     let mut raw_params = params.to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
+    let bind = crate::device::source_addr(dial.device.as_ref(), dial.bind, Some(dst))?;
     let (id, events) = new_id(PortSpace::Tcp, &dial.id)?;
-    resolve_route(&id, &events, dial.bind, dst, dial.resolve_timeout).await?;
+    resolve_route(&id, &events, bind, dst, dial.resolve_timeout).await?;
+    crate::device::verify_device(dial.device.as_ref(), &id)?;
 
     let (parts, private_data) = build(&id)?;
     if let Some(data) = private_data {
@@ -286,6 +303,11 @@ pub(crate) async fn accept<P, T>(
     finish: impl FnOnce(P, CmLink) -> io::Result<T>,
 ) -> io::Result<T> {
     let peer = request.peer_addr();
+    if let Err(e) = crate::device::verify_device(dial.device.as_ref(), request.id()) {
+        let e = io::Error::new(e.kind(), format!("the request of {peer}: {e}"));
+        reject_with_reason(request, &e);
+        return Err(e);
+    }
     let deadline = dial.accept_timeout;
     match tokio::time::timeout(
         deadline,

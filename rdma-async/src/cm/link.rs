@@ -2,13 +2,15 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
 use std::task::{Context, Poll, Waker, ready};
 
 use super::events::CmEvents;
+use crate::device::DeviceEvent;
+use crate::device::events::{QueuePairOwner, Registration};
 use crate::reactor::FdWaiter;
 use crate::verbs::CmId;
 
@@ -23,6 +25,8 @@ struct LinkState {
     peer_initiated: bool,
     /// The device went away.
     device_removed: bool,
+    /// A device event broke the queue pair (`IBV_EVENT_QP_FATAL`, ...): what it said.
+    broken_by: Option<String>,
 }
 
 /// An established connection's id and event channel.
@@ -33,7 +37,11 @@ struct LinkState {
 pub(crate) struct CmLink {
     id: Arc<CmId>,
     events: CmEvents,
-    state: Mutex<LinkState>,
+    /// Shared with the device event reader, which may end the connection (see
+    /// [`crate::device::events`]).
+    state: Arc<Mutex<LinkState>>,
+    /// The link's entry among the queue pair owners the device event reader knows.
+    registered: Option<Registration>,
     peer_private_data: Vec<u8>,
     peer: SocketAddr,
     local: SocketAddr,
@@ -51,13 +59,27 @@ impl CmLink {
     ) -> io::Result<Self> {
         let local = id.local_addr()?;
         let span = tracing::debug_span!("rdma_conn", %peer, %local, qp = tracing::field::Empty);
+        let state = Arc::new(Mutex::new(LinkState::default()));
+        let mut registered = None;
         if let Some(qp) = id.qp_num() {
             span.record("qp", qp);
+            if let Ok(ctx) = id.verbs() {
+                registered = Some(crate::device::events::register_queue_pair(
+                    ctx.as_ptr() as usize,
+                    qp,
+                    Box::new(LinkOwner {
+                        state: Arc::downgrade(&state),
+                        id: Arc::downgrade(&id),
+                        span: span.clone(),
+                    }),
+                ));
+            }
         }
         Ok(CmLink {
             id,
             events,
-            state: Mutex::default(),
+            state,
+            registered,
             peer_private_data,
             peer,
             local,
@@ -81,6 +103,11 @@ impl CmLink {
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
         self.local
+    }
+
+    /// The connection's queue pair number (0 if the id has none).
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.id.qp_num().unwrap_or(0)
     }
 
     pub(crate) fn peer_private_data(&self) -> &[u8] {
@@ -212,9 +239,11 @@ impl CmLink {
         Some(out)
     }
 
-    /// Whether rdma_cm reported the connection's device removed.
+    /// Whether the connection ended without an orderly close: rdma_cm reported its device
+    /// removed, or a device event broke its queue pair.
     pub(crate) fn is_device_removed(&self) -> bool {
-        self.state().device_removed
+        let state = self.state();
+        state.device_removed || state.broken_by.is_some()
     }
 
     /// Whether the connection is known to be closed.
@@ -252,7 +281,15 @@ impl CmLink {
     /// The error for using a connection rdma_cm reported closed.
     pub(crate) fn closed_error(&self, writing: bool) -> io::Error {
         let state = self.state();
-        let (kind, message) = if state.device_removed {
+        let (kind, message) = if let Some(event) = &state.broken_by {
+            (
+                io::ErrorKind::ConnectionAborted,
+                format!(
+                    "the connection to {} was ended by a device event: {event}",
+                    self.peer
+                ),
+            )
+        } else if state.device_removed {
             (
                 io::ErrorKind::ConnectionAborted,
                 format!(
@@ -286,11 +323,45 @@ impl CmLink {
 impl Drop for CmLink {
     fn drop(&mut self) {
         // An orderly goodbye: the peer sees DISCONNECTED rather than a transport timeout.
-        let state = self.state.get_mut().unwrap_or_else(PoisonError::into_inner);
+        if let Some(registration) = self.registered.take() {
+            registration.forget();
+        }
+        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
         if !state.local_disconnect {
             tracing::debug!(parent: &self.span, "disconnecting");
             let _ = self.id.disconnect();
         }
         tracing::debug!(parent: &self.span, "connection released");
+    }
+}
+
+/// What the device event reader holds of a connection: enough to end it, not to keep it.
+struct LinkOwner {
+    state: Weak<Mutex<LinkState>>,
+    id: Weak<CmId>,
+    span: tracing::Span,
+}
+
+impl QueuePairOwner for LinkOwner {
+    fn abort(&self, event: &DeviceEvent) -> bool {
+        let (Some(state), Some(id)) = (self.state.upgrade(), self.id.upgrade()) else {
+            return false;
+        };
+        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        tracing::warn!(parent: &self.span, %event, "a device event broke the queue pair: disconnecting");
+        state.broken_by = Some(event.to_string());
+        // Over now, as after a device removal: waiters woken by the flushed work requests
+        // find it closed instead of waiting for rdma_cm's DISCONNECTED, which needs the peer's
+        // answer to our disconnect request (or its timeout).
+        state.disconnected = true;
+        // Moves the queue pair to the error state: pending work requests complete (flushed) and
+        // wake their waiters, who find the connection closed.
+        if !state.local_disconnect {
+            state.local_disconnect = true;
+            if let Err(e) = id.disconnect() {
+                tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after a device event failed");
+            }
+        }
+        true
     }
 }

@@ -14,6 +14,7 @@ use super::handshake;
 use super::id_options::IdOptions;
 use super::request::ConnectRequest;
 use super::resolve::each_addr;
+use crate::device::DeviceChoice;
 use crate::verbs::{CmEvent, CmId, EventChannel, IncomingId, PortSpace};
 
 /// The backlog `bind` uses, as tokio's `TcpListener::bind`.
@@ -86,14 +87,58 @@ impl CmListener {
         options: &IdOptions,
     ) -> io::Result<Self> {
         each_addr(addr, |addr| {
-            std::future::ready(Self::bind_one(addr, backlog, options))
+            std::future::ready(Self::bind_one(addr, backlog, options, None))
         })
         .await
     }
 
-    fn bind_one(addr: SocketAddr, backlog: i32, options: &IdOptions) -> io::Result<Self> {
+    /// As [`Self::bind_with`], listening only on the chosen device (port, GID): a wildcard
+    /// `addr` (`0.0.0.0:port`, `[::]:port`) lends its port and family and the address comes
+    /// from the port's GID table; any other address must be one of the chosen GIDs'. See
+    /// [`DeviceChoice`] for how the address is picked.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::bind_with`]; `NotFound` for an unknown device, port or GID index (naming those
+    /// there are), `InvalidInput` when `addr` is not an address of the choice,
+    /// `AddrNotAvailable` when the port has no address of `addr`'s family or rdma_cm bound
+    /// another device.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    pub async fn bind_on_device<A: ToSocketAddrs>(
+        addr: A,
+        backlog: i32,
+        options: &IdOptions,
+        device: &DeviceChoice,
+    ) -> io::Result<Self> {
+        Self::bind_choosing(addr, backlog, options, Some(device)).await
+    }
+
+    /// [`Self::bind_with`] or [`Self::bind_on_device`].
+    pub(crate) async fn bind_choosing<A: ToSocketAddrs>(
+        addr: A,
+        backlog: i32,
+        options: &IdOptions,
+        device: Option<&DeviceChoice>,
+    ) -> io::Result<Self> {
+        each_addr(addr, |addr| {
+            std::future::ready(Self::bind_one(addr, backlog, options, device))
+        })
+        .await
+    }
+
+    fn bind_one(
+        addr: SocketAddr,
+        backlog: i32,
+        options: &IdOptions,
+        device: Option<&DeviceChoice>,
+    ) -> io::Result<Self> {
+        let addr = crate::device::source_addr(device, Some(addr), None)?.unwrap_or(addr);
         let (id, events) = handshake::new_id(PortSpace::Tcp, options)?;
         id.bind_addr(addr)?;
+        crate::device::verify_device(device, &id)?;
         id.listen(backlog)?;
         let local = id.local_addr()?;
         let span = tracing::debug_span!("rdma_listener", %local);

@@ -38,7 +38,7 @@ pub struct ConnParams {
 }
 
 /// The default [`ConnParams::min_rnr_timer`]: 0.64 ms, perftest's value.
-pub const DEFAULT_MIN_RNR_TIMER: u8 = 12;
+const DEFAULT_MIN_RNR_TIMER: u8 = 12;
 
 impl Default for ConnParams {
     fn default() -> Self {

@@ -1,6 +1,6 @@
 //! Sizes and timeouts of an [`RDatagram`](super::RDatagram).
 
-use crate::device::DeviceContext;
+use crate::device::{DeviceChoice, DeviceContext};
 use std::io;
 use std::time::Duration;
 
@@ -21,6 +21,7 @@ pub struct RDatagramOptions {
     pub(crate) id: IdOptions,
     pub(crate) max_peers: usize,
     pub(crate) context: Option<DeviceContext>,
+    pub(crate) device: Option<DeviceChoice>,
 }
 
 /// The default of [`RDatagramOptions::max_peers`].
@@ -37,6 +38,7 @@ impl Default for RDatagramOptions {
             id: IdOptions::default(),
             max_peers: DEFAULT_MAX_PEERS,
             context: None,
+            device: None,
         }
     }
 }
@@ -113,6 +115,16 @@ impl RDatagramOptions {
     /// address's fails the bind with `InvalidInput`.
     pub fn context(mut self, context: DeviceContext) -> Self {
         self.context = Some(context);
+        self
+    }
+
+    /// The RDMA device to bind on, by name (`"rxe0"`), or a device, port and GID index
+    /// ([`DeviceChoice`], which says how the address is picked from the port's GID table). The
+    /// bind address may then be a wildcard (`0.0.0.0:port`, `[::]:port`): it lends its port and
+    /// family. Any other bind address must be an address of the chosen GIDs, or binding fails
+    /// with `InvalidInput`; an unknown device, port or GID index is `NotFound`.
+    pub fn device(mut self, choice: impl Into<DeviceChoice>) -> Self {
+        self.device = Some(choice.into());
         self
     }
 

@@ -102,7 +102,7 @@ impl RDatagram {
     ///
     /// `NotFound` when the machine has no RDMA device; `AddrNotAvailable` when the address is
     /// not on an RDMA device; `AddrInUse` when the rdma_cm UDP port is taken; `InvalidInput`
-    /// for a wildcard address (it picks no device).
+    /// for a wildcard address (it picks no device) unless the options choose the device.
     ///
     /// # Cancel safety
     ///
@@ -131,14 +131,18 @@ impl RDatagram {
     }
 
     fn bind_one(addr: SocketAddr, opts: &RDatagramOptions) -> io::Result<RDatagram> {
+        let addr =
+            crate::device::source_addr(opts.device.as_ref(), Some(addr), None)?.unwrap_or(addr);
         if addr.ip().is_unspecified() {
             return Err(error::invalid_input(format!(
                 "cannot bind a datagram socket to {addr}: bind to the address of an RDMA \
-                 device (a wildcard address picks no device for the queue pair)"
+                 device, or choose the device (a wildcard address picks no device for the \
+                 queue pair)"
             )));
         }
         let (id, events) = udp_id(&opts.id)?;
         id.bind_addr(addr)?;
+        crate::device::verify_device(opts.device.as_ref(), &id)?;
         let local = id.local_addr()?;
         let max_datagram = opts.datagram_limit(port_mtu(&id)?)?;
         let slot_len = max_datagram + GRH_LEN;

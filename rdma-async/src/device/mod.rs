@@ -1,5 +1,7 @@
 //! The RDMA devices of this machine and what they can do (as `ibv_devices` and `ibv_devinfo`
-//! show them).
+//! show them), their ports and GID tables ([`Device::ports`], as `ibv_devinfo -v` and
+//! `rdma link`), choosing the device, port and GID a connection or listener goes through
+//! ([`DeviceChoice`]), and the devices' asynchronous events ([`events`]).
 
 use std::io;
 use std::path::Path;
@@ -9,13 +11,20 @@ use rdma_async_sys as sys;
 use crate::verbs::DeviceList;
 
 mod context;
+pub(crate) mod events;
 mod memory;
 mod pool;
+mod ports;
+mod select;
 
 pub use crate::verbs::ForeignMemory;
 pub use context::DeviceContext;
+pub use events::{DeviceEvent, DeviceEventKind, DeviceEvents, event_counts, events, port_states};
 pub use memory::OnDemandPaging;
 pub use pool::{BufferPool, PoolOptions, PoolStats};
+pub use ports::{Gid, GidKind, LinkLayer, Port, PortState};
+pub use select::DeviceChoice;
+pub(crate) use select::{source_addr, verify as verify_device};
 
 /// An RDMA device, as `ibv_devices` lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]

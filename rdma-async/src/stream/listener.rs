@@ -59,18 +59,27 @@ impl RListener {
 
     /// Binds to `addr` and listens; accepted streams use `options`. Their `id_options` apply as
     /// on [`CmListener::bind_with`]: address reuse, IPv6-only and type of service to the listening
-    /// id, the ACK timeout to every accepted stream.
+    /// id, the ACK timeout to every accepted stream. With a `device` in the options, it listens
+    /// on that device only, as [`CmListener::bind_on_device`] (`addr` may then be a wildcard).
     ///
     /// # Errors
     ///
-    /// As [`CmListener::bind_with`].
+    /// As [`CmListener::bind_with`] and, with a device, [`CmListener::bind_on_device`].
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn bind_with<A: ToSocketAddrs>(addr: A, options: RStreamOptions) -> io::Result<Self> {
         Ok(RListener {
-            cm: Arc::new(CmListener::bind_with(addr, DEFAULT_BACKLOG, &options.dial.id).await?),
+            cm: Arc::new(
+                CmListener::bind_choosing(
+                    addr,
+                    DEFAULT_BACKLOG,
+                    &options.dial.id,
+                    options.dial.device.as_ref(),
+                )
+                .await?,
+            ),
             options,
             handshakes: Mutex::new(JoinSet::new()),
         })

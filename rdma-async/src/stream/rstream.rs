@@ -292,6 +292,11 @@ impl RStream {
         self.inner.local_addr()
     }
 
+    /// The local queue pair number (what device events about the stream name).
+    pub fn qp_num(&self) -> u32 {
+        self.inner.core.link().qp_num()
+    }
+
     /// Accepted for `TcpStream` compatibility: every write is posted at once, as with
     /// `TCP_NODELAY`.
     ///

@@ -8,6 +8,7 @@
 //! time, so data moves in and out with raw-pointer copies only.
 
 mod address_handle;
+mod async_events;
 mod async_fd;
 mod cm_devices;
 mod cm_id;
@@ -34,6 +35,7 @@ mod user_buffer;
 mod work;
 
 pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
+pub(crate) use async_events::{AsyncEventFd, RawAsyncEvent, event_type_str, query_port_state};
 pub(crate) use async_fd::register_readable;
 pub(crate) use cm_devices::CmDevices;
 pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};

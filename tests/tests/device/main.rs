@@ -4,6 +4,7 @@
 //! install a process-wide tracing subscriber (`tracing`) are not here: each is its own binary,
 //! so no other test runs beside it. `scripts/device-tests` runs the binaries one at a time.
 
+mod choosing;
 mod cm;
 mod context;
 mod datagram;
@@ -16,6 +17,7 @@ mod limits;
 mod mckey;
 mod memory;
 mod pool;
+mod ports;
 mod preload;
 mod rdma_ops;
 mod rdma_setup;
