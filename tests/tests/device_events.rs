@@ -196,6 +196,52 @@ async fn second_device_by_name() {
     let (kind, msg) = err_kind(RListener::bind_with(test_addr(0), options.clone()).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
     assert!(msg.contains(ADDR) && msg.contains(SECOND), "{msg}");
+
+    wrong_device_contexts_and_regions(addr).await;
+}
+
+/// A device context, or a region, of rxe0 used on a connection through rxe1: refused before
+/// anything reaches the device, naming both devices (the check `rdma_create_qp` would
+/// otherwise leave to the provider, and the one every operation makes).
+async fn wrong_device_contexts_and_regions(addr: IpAddr) {
+    use rdma_async::device::DeviceContext;
+    use rdma_async::rdma::RdmaConnection;
+    let first = DeviceContext::shared("rxe0").unwrap();
+    let listener = CmListener::bind(SocketAddr::new(addr, 0)).await.unwrap();
+    let target = listener.local_addr();
+    // A connect through rxe1 in rxe0's context.
+    let (kind, msg) = err_kind(
+        RStream::connect_with(target, &RStreamOptions::new().context(first.clone())).await,
+    );
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    assert!(msg.contains("rxe0") && msg.contains(SECOND), "{msg}");
+    // The listener got that attempt's request or none; serve a real connection next.
+    let opts = RdmaOptions::new();
+    let (accepted, connected) = guard("an RDMA connection through rxe1", async {
+        tokio::join!(
+            async {
+                loop {
+                    let request = listener.accept_request().await?;
+                    if let Ok(conn) = RdmaConnection::accept(request, &opts).await {
+                        return io::Result::Ok(conn);
+                    }
+                }
+            },
+            RdmaConnection::connect(target, &opts)
+        )
+    })
+    .await;
+    let (_server, client) = (accepted.unwrap(), connected.unwrap());
+    assert_eq!(client.device_name(), SECOND);
+    let region = first.reg_msgs(8).unwrap();
+    let (sent, region) = client.send(region, ..).await;
+    let (kind, msg) = err_kind(sent);
+    assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
+    assert!(
+        msg.contains("registered on RDMA device rxe0") && msg.contains(SECOND),
+        "{msg}"
+    );
+    assert_eq!(region.len(), 8, "the refused region comes back");
 }
 
 /// Waits for the next event of `kind` on rxe1, returning the events of rxe1 seen before it.
