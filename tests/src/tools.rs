@@ -42,6 +42,23 @@ pub fn example(name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// Runs `program` to completion and returns its standard output; panics, with its standard
+/// error, when it cannot be run or fails.
+pub async fn output_of(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("run {program}: {e}"));
+    assert!(
+        out.status.success(),
+        "{program} {}: {}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// Starts one of rdma-core's C tools (`ucmatose`, `rstream`, ...) with its output captured.
 pub fn spawn_tool(program: &str, args: &[String]) -> Child {
     Command::new(program)

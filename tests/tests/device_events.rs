@@ -33,19 +33,9 @@ const ADDR: &str = "10.77.9.1";
 /// Set in the child.
 const CHILD: &str = "RDMA_ASYNC_DEVICE_EVENTS_CHILD";
 
+/// Runs a command to completion: its standard output.
 async fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    assert!(
-        out.status.success(),
-        "{program} {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    rdma_async_tests::tools::output_of(program, args).await
 }
 
 /// Waits until `device` port 1 shows `state` in `rdma link`.

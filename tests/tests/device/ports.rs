@@ -5,16 +5,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rdma_async::device::{DeviceContext, GidKind, LinkLayer, PortState, devices};
 use rdma_async_tests::{test_ip, test_ip6};
-use tokio::process::Command;
 
+/// Runs a command to completion: its standard output.
 async fn run(program: &str, args: &[&str]) -> String {
-    let out = Command::new(program)
-        .args(args)
-        .output()
-        .await
-        .unwrap_or_else(|e| panic!("run {program}: {e}"));
-    assert!(out.status.success(), "{program} {args:?}: {out:?}");
-    String::from_utf8_lossy(&out.stdout).into_owned()
+    rdma_async_tests::tools::output_of(program, args).await
 }
 
 /// `ibv_devinfo -v -d <dev>`'s GID lines of port 1: (index, GID as printed, type).
