@@ -82,17 +82,28 @@ impl ResponderShared {
 
 /// Answers SIDR requests on `events` (the bound id's channel) until the channel fails or the
 /// device goes away.
-pub(crate) async fn answer_requests(
+pub(crate) fn answer_requests(
     events: CmEvents,
     shared: Arc<ResponderShared>,
     local: SocketAddr,
-) {
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     // Dropped with the task, when its runtime is shut down (or the socket aborts it): the
     // socket's operations then end with a clear error instead of waiting for the responder.
-    let _ended = EndOnDrop {
+    // Made here, not at the task's first poll, so a task dropped before it ever ran (its
+    // runtime shut down at once) records the end too.
+    let ended = EndOnDrop {
         shared: shared.clone(),
         local,
     };
+    answer_loop(events, shared, local, ended)
+}
+
+async fn answer_loop(
+    events: CmEvents,
+    shared: Arc<ResponderShared>,
+    local: SocketAddr,
+    _ended: EndOnDrop,
+) {
     loop {
         let mut event = match events.next().await {
             Ok(event) => event,

@@ -298,9 +298,14 @@ impl Drop for TaskExit {
 /// The completion task of one connection. It ends when the connection was dropped and every
 /// outstanding work request completed (or flushed), or after [`DRAIN_LIMIT`]; if it ends any
 /// other way, its [`TaskExit`] fails the connection.
-pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
+///
+/// The [`TaskExit`] is made here, before the task is spawned, not at its first poll: a task
+/// dropped before it ever ran (its runtime shut down at once) still fails the connection.
+pub(super) fn run_completion_task(
+    shared: Arc<ConnShared>,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
     let peer = shared.link.peer_addr();
-    let mut exit = TaskExit {
+    let exit = TaskExit {
         shared,
         cause: Some(io::Error::new(
             io::ErrorKind::ConnectionAborted,
@@ -310,6 +315,10 @@ pub(super) async fn run_completion_task(shared: Arc<ConnShared>) {
             ),
         )),
     };
+    completion_loop(exit, peer)
+}
+
+async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
     let shared = exit.shared.clone();
     let waiter = match ConnWaiter::new(&shared.cq, Some(&shared.link)) {
         Ok(waiter) => waiter,

@@ -95,6 +95,28 @@ fn datagram_socket_of_a_dropped_runtime_fails_its_operations() {
     });
 }
 
+/// A runtime dropped before the socket's responder task ever ran (a current-thread runtime
+/// runs spawned tasks only while its `block_on` waits, and `bind` returns right after spawning
+/// it): the socket still learns that its task is gone. The task's guard used to be made at
+/// its first poll, so this send waited for an answer nobody would give.
+#[test]
+fn datagram_socket_whose_task_never_ran_fails_its_operations() {
+    let a = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime A");
+    let socket = a.block_on(datagram(test_ip()));
+    let peer = socket.local_addr().expect("local address");
+    drop(a);
+    runtime_b().block_on(async move {
+        let r = guard("a send", socket.send_to(b"x", peer)).await;
+        assert_runtime_gone("a send", &r.expect_err("runtime A is gone"));
+        let mut buf = [0u8; 8];
+        let r = guard("a receive", socket.recv_from(&mut buf)).await;
+        assert_runtime_gone("a receive", &r.expect_err("runtime A is gone"));
+    });
+}
+
 /// An `RStream` has no task of its own: on B it keeps working as long as nothing needs to wait
 /// (a write with room, a read of bytes already there); a wait needs A's reactor and fails,
 /// saying so.
