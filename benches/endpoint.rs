@@ -15,7 +15,7 @@ use std::time::Duration;
 mod common;
 
 use common::RoundTrips;
-use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
+use criterion::{Bencher, BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use rdma_async::cm::CmListener;
 use rdma_async::device::{BufferPool, DeviceContext, PoolOptions};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
@@ -53,31 +53,42 @@ fn connect(rt: &tokio::runtime::Runtime, pool: Option<&BufferPool>) -> Arc<Endpo
     })
 }
 
-fn ping_pong(c: &mut Criterion) {
-    let rt = common::runtime();
-    let client = connect(&rt, None);
-    let mut group = c.benchmark_group("endpoint_ping_pong");
+/// One benchmark per size in `SIZES`, each followed by its round trips' percentiles.
+fn per_size(
+    c: &mut Criterion,
+    name: &str,
+    mut bench: impl FnMut(&mut Bencher<'_>, usize, &RoundTrips),
+) {
+    let mut group = c.benchmark_group(name);
     group.measurement_time(Duration::from_secs(5));
     for size in SIZES {
         let hist = RoundTrips::new();
         group.throughput(Throughput::Bytes(2 * size as u64));
         group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let (client, hist) = (client.clone(), hist.clone());
-                async move {
-                    let msg = vec![7u8; size];
-                    hist.time(iters, async || {
-                        client.send(&msg).await.expect("send");
-                        let back = client.recv().await.expect("recv");
-                        assert_eq!(back.len(), size);
-                    })
-                    .await
-                }
-            });
+            bench(b, size, &hist)
         });
-        hist.report(&format!("endpoint_ping_pong/{size}"));
+        hist.report(&format!("{name}/{size}"));
     }
     group.finish();
+}
+
+fn ping_pong(c: &mut Criterion) {
+    let rt = common::runtime();
+    let client = connect(&rt, None);
+    per_size(c, "endpoint_ping_pong", |b, size, hist| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let (client, hist) = (client.clone(), hist.clone());
+            async move {
+                let msg = vec![7u8; size];
+                hist.time(iters, async || {
+                    client.send(&msg).await.expect("send");
+                    let back = client.recv().await.expect("recv");
+                    assert_eq!(back.len(), size);
+                })
+                .await
+            }
+        });
+    });
 }
 
 fn ping_pong_pooled(c: &mut Criterion) {
@@ -87,31 +98,23 @@ fn ping_pong_pooled(c: &mut Criterion) {
         .buffer_pool(&PoolOptions::new().size_classes([4096]))
         .expect("pool");
     let client = connect(&rt, Some(&pool));
-    let mut group = c.benchmark_group("endpoint_ping_pong_pooled");
-    group.measurement_time(Duration::from_secs(5));
-    for size in SIZES {
-        let hist = RoundTrips::new();
-        group.throughput(Throughput::Bytes(2 * size as u64));
-        group.bench_with_input(BenchmarkId::from_parameter(size), &size, |b, &size| {
-            b.to_async(&rt).iter_custom(|iters| {
-                let (client, hist, pool) = (client.clone(), hist.clone(), pool.clone());
-                async move {
-                    let mut region = Some(pool.get(size).await.expect("pool buffer"));
-                    hist.time(iters, async || {
-                        let buffer = region.take().expect("the buffer came back");
-                        let (sent, back) = client.send_region(buffer, ..size).await;
-                        sent.expect("send");
-                        region = back;
-                        let echo = client.recv().await.expect("recv");
-                        assert_eq!(echo.len(), size);
-                    })
-                    .await
-                }
-            });
+    per_size(c, "endpoint_ping_pong_pooled", |b, size, hist| {
+        b.to_async(&rt).iter_custom(|iters| {
+            let (client, hist, pool) = (client.clone(), hist.clone(), pool.clone());
+            async move {
+                let mut region = Some(pool.get(size).await.expect("pool buffer"));
+                hist.time(iters, async || {
+                    let buffer = region.take().expect("the buffer came back");
+                    let (sent, back) = client.send_region(buffer, ..size).await;
+                    sent.expect("send");
+                    region = back;
+                    let echo = client.recv().await.expect("recv");
+                    assert_eq!(echo.len(), size);
+                })
+                .await
+            }
         });
-        hist.report(&format!("endpoint_ping_pong_pooled/{size}"));
-    }
-    group.finish();
+    });
 }
 
 criterion_group!(benches, ping_pong, ping_pong_pooled);

@@ -19,12 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-fn fnv1a(hash: u64, bytes: &[u8]) -> u64 {
-    bytes.iter().fold(hash, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+#[path = "common/fnv.rs"]
+mod fnv;
+use fnv::{FNV_OFFSET, fnv1a};
 
 async fn server(addr: SocketAddr) -> Result<(), BoxError> {
     let listener = RListener::bind(addr).await?;

@@ -140,13 +140,11 @@ impl DeviceChoice {
         // The family the address must have: the peer's (an IPv4 source cannot reach an IPv6
         // peer), or the wildcard's.
         let family = peer.or(bind).map(|a| a.is_ipv4());
-        let best = candidates
+        let (best, ip) = candidates
             .iter()
-            .filter(|g| family.is_none_or(|v4| g.ip.is_some_and(|ip| ip.is_ipv4() == v4)))
-            .min_by_key(|g| {
-                let ip = g.ip.expect("RoCE candidates have addresses");
-                (g.kind != GidKind::RoceV2, is_link_local(ip), g.index)
-            })
+            .filter_map(|g| Some((*g, g.ip?)))
+            .filter(|(_, ip)| family.is_none_or(|v4| ip.is_ipv4() == v4))
+            .min_by_key(|(g, ip)| (g.kind != GidKind::RoceV2, is_link_local(*ip), g.index))
             .ok_or_else(|| {
                 io::Error::new(
                     io::ErrorKind::AddrNotAvailable,
@@ -158,7 +156,7 @@ impl DeviceChoice {
                     ),
                 )
             })?;
-        Ok(socket_addr(best, port))
+        Ok(socket_addr(best, ip, port))
     }
 
     /// The GIDs the choice allows, in the order of `ports`, active ports first.
@@ -287,9 +285,10 @@ fn is_link_local(ip: IpAddr) -> bool {
     matches!(ip, IpAddr::V6(v6) if v6.segments()[0] & 0xffc0 == 0xfe80)
 }
 
-/// The socket address of a GID: a link-local IPv6 address gets its netdev's scope.
-fn socket_addr(gid: &Gid, port: u16) -> SocketAddr {
-    match gid.ip.expect("RoCE candidates have addresses") {
+/// The socket address of `gid`'s address `ip`: a link-local IPv6 address gets its netdev's
+/// scope.
+fn socket_addr(gid: &Gid, ip: IpAddr, port: u16) -> SocketAddr {
+    match ip {
         IpAddr::V6(v6) if is_link_local(IpAddr::V6(v6)) => {
             let scope = gid
                 .netdev

@@ -612,7 +612,6 @@ impl RegisteredBuffer {
     /// Callers must not have a receive or remote write outstanding on this range (the device
     /// would race the copy); the range check makes any offset safe for memory.
     pub(crate) fn write_at(&self, offset: usize, src: &[u8]) -> io::Result<()> {
-        self.check(offset, src.len())?;
         match self.cpu_access() {
             CpuAccess::ReadWrite => {}
             CpuAccess::ReadOnlyFile => {
@@ -632,23 +631,26 @@ impl RegisteredBuffer {
 
     /// Copies `dst.len()` bytes at `offset` out of the buffer.
     pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
-        self.check(offset, dst.len())?;
-        match &self.backing {
-            Backing::File {
-                file, offset: base, ..
-            } => {
-                // Through the file: a mapping truncated by another process would raise SIGBUS.
-                return file.read_exact_at(dst, base + offset as u64).map_err(|e| {
-                    io::Error::new(e.kind(), format!("reading the mapped file: {e}"))
-                });
+        match (self.cpu_access(), &self.backing) {
+            (CpuAccess::ReadWrite, _) => {
+                let src = self.range_ptr(offset, dst.len())?;
+                // SAFETY: as in `write_at`, in the other direction.
+                unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+                Ok(())
             }
-            Backing::DmaBuf(_) | Backing::Released => return Err(no_cpu_mapping()),
-            _ => {}
+            // Through the file: a mapping truncated by another process would raise SIGBUS.
+            (
+                _,
+                Backing::File {
+                    file, offset: base, ..
+                },
+            ) => {
+                self.check(offset, dst.len())?;
+                file.read_exact_at(dst, base + offset as u64)
+                    .map_err(|e| io::Error::new(e.kind(), format!("reading the mapped file: {e}")))
+            }
+            _ => Err(no_cpu_mapping()),
         }
-        let src = self.range_ptr(offset, dst.len())?;
-        // SAFETY: as in `write_at`, in the other direction.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
-        Ok(())
     }
 
     /// A scatter/gather entry for `len` bytes at `offset`, after checking the range.

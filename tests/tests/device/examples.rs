@@ -175,6 +175,18 @@ async fn many_streams_example_echoes_every_connection_and_reports_its_cost() {
     }
 }
 
+/// Runs an example's server (until it prints "listening on") and then its client, each to a
+/// successful end; returns their outputs (client, server).
+async fn server_then_client(program: &str, server: &[&str], client: &[&str]) -> (String, String) {
+    let mut server_run = Tool::spawn(&example(program), server);
+    server_run.wait_for("listening on").await;
+    let (ok, client_out) = Tool::spawn(&example(program), client).finish().await;
+    assert!(ok, "the {program} client failed:\n{client_out}");
+    let (ok, server_out) = server_run.finish().await;
+    assert!(ok, "the {program} server failed:\n{server_out}");
+    (client_out, server_out)
+}
+
 /// The line of `output` that starts with `prefix`.
 fn report_line<'a>(output: &'a str, prefix: &str) -> &'a str {
     output
@@ -202,20 +214,12 @@ async fn serve_file_example_fetches_a_mapped_file_by_rdma_read_intact() {
         .collect();
     std::fs::write(&src, &data).unwrap();
     let addr = format!("{}:7491", test_ip());
-    let mut server = Tool::spawn(
-        &example("serve_file"),
+    let (client, server) = server_then_client(
+        "serve_file",
         &["server", &addr, src.to_str().unwrap()],
-    );
-    server.wait_for("listening on").await;
-    let (ok, client) = Tool::spawn(
-        &example("serve_file"),
         &["client", &addr, out.to_str().unwrap()],
     )
-    .finish()
     .await;
-    assert!(ok, "the client failed:\n{client}");
-    let (ok, server) = server.finish().await;
-    assert!(ok, "the server failed:\n{server}");
     let fetched = report_line(&client, "fetched ");
     let served = report_line(&server, "served ");
     assert!(
@@ -239,15 +243,13 @@ async fn serve_file_example_fetches_a_mapped_file_by_rdma_read_intact() {
 #[rdma_async::test]
 async fn zero_copy_example_streams_pool_buffers_without_a_copy() {
     let addr = format!("{}:7492", test_ip());
-    let mut server = Tool::spawn(&example("zero_copy"), &["server", &addr]);
-    server.wait_for("listening on").await;
     // 3 MiB in 96 KiB regions: not a multiple of the ring size, so chunks straddle its end.
-    let (ok, client) = Tool::spawn(&example("zero_copy"), &["client", &addr, "3", "98304"])
-        .finish()
-        .await;
-    assert!(ok, "the client failed:\n{client}");
-    let (ok, server) = server.finish().await;
-    assert!(ok, "the server failed:\n{server}");
+    let (client, server) = server_then_client(
+        "zero_copy",
+        &["server", &addr],
+        &["client", &addr, "3", "98304"],
+    )
+    .await;
     let sent = report_line(&client, "sent ");
     let received = report_line(&server, "received ");
     assert!(sent.starts_with("sent 3145728 bytes"), "{sent}");
@@ -264,17 +266,12 @@ async fn msg_rate_example_counts_every_message_of_both_kinds() {
     // The short version of scripts/compare-rate: 500 messages at depth 8, sends and writes.
     for (kind, port) in [("send", "7493"), ("write", "7494")] {
         let addr = format!("{}:{port}", test_ip());
-        let mut server = Tool::spawn(&example("msg_rate"), &["server", &addr, kind, "8", "64"]);
-        server.wait_for("listening on").await;
-        let (ok, client) = Tool::spawn(
-            &example("msg_rate"),
+        let (client, server) = server_then_client(
+            "msg_rate",
+            &["server", &addr, kind, "8", "64"],
             &["client", &addr, kind, "8", "64", "500"],
         )
-        .finish()
         .await;
-        assert!(ok, "the {kind} client failed:\n{client}");
-        let (ok, server) = server.finish().await;
-        assert!(ok, "the {kind} server failed:\n{server}");
         for line in [
             report_line(&client, &format!("{kind} client ")),
             report_line(&server, &format!("{kind} server ")),
