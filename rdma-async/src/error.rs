@@ -258,7 +258,11 @@ impl StickyError {
 
     /// The recorded failure again, for an operation it ended: "`context`: the connection failed
     /// earlier (first failure)".
+    /// Nothing is made (no allocation) while no failure is recorded: callers ask per operation.
     pub(crate) fn report_as(&self, context: impl Into<String>) -> Option<io::Error> {
+        if !self.is_set() {
+            return None;
+        }
         self.report_inner(Some(context.into()))
     }
 

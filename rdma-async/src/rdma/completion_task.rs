@@ -113,11 +113,10 @@ impl ConnShared {
     /// Why nothing may be posted any more: an earlier work request failed (the queue pair is in
     /// the error state, where some providers never complete new receives).
     fn refusal(&self, queue: WorkQueue) -> Option<io::Error> {
-        let what = match queue {
-            WorkQueue::Send => "send-queue operation",
-            WorkQueue::Recv => "receive",
-        };
-        self.failure.report_as(format!("{what} refused"))
+        self.failure.report_as(match queue {
+            WorkQueue::Send => "send-queue operation refused",
+            WorkQueue::Recv => "receive refused",
+        })
     }
 
     /// Asks the completion task to drain and release the connection.

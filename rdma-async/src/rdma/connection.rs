@@ -559,10 +559,7 @@ impl RdmaConnection {
         let mut bad = None;
         for (i, (buf, range)) in bufs.into_iter().enumerate() {
             if bad.is_none() {
-                bad = self
-                    .own(&buf)
-                    .and_then(|()| op.check_destination(&buf))
-                    .err();
+                bad = self.admit(op, &buf).err();
             }
             segments.push(Segment {
                 buffer: i,
@@ -586,18 +583,36 @@ impl RdmaConnection {
         if let Some(e) = bad {
             return (Err(e), back(held));
         }
+        let (result, held) = self.post_held(op, opcode, held, &segments).await;
+        (result, back(held))
+    }
+
+    /// Whether `buf` may take part in `op` on this connection.
+    fn admit<B: RegisteredBytes>(&self, op: OpKind, buf: &B) -> io::Result<()> {
+        self.own(buf).and_then(|()| op.check_destination(buf))
+    }
+
+    /// Posts `held` over `segments` on the queue `opcode` says (a receive without one), waits
+    /// for the completion and maps it.
+    async fn post_held(
+        &self,
+        op: OpKind,
+        opcode: Option<Opcode>,
+        held: Held,
+        segments: &[Segment],
+    ) -> (io::Result<WorkCompletion>, Held) {
         let qp = &self.shared.qp;
         let (result, held) = match opcode {
             Some(opcode) => {
                 self.shared
                     .execute(WorkQueue::Send, held, |h| {
-                        qp.post_caller(opcode, h, &segments)
+                        qp.post_caller(opcode, h, segments)
                     })
                     .await
             }
             None => {
                 self.shared
-                    .execute(WorkQueue::Recv, held, |h| qp.post_recv_caller(h, &segments))
+                    .execute(WorkQueue::Recv, held, |h| qp.post_recv_caller(h, segments))
                     .await
             }
         };
@@ -608,7 +623,7 @@ impl RdmaConnection {
                 Err(self.completion_error(&wc, op))
             }
         });
-        (result, back(held))
+        (result, held)
     }
 
     fn completion_error(&self, wc: &WorkCompletion, op: OpKind) -> io::Error {
@@ -642,11 +657,20 @@ impl RdmaConnection {
             Ok((offset, len)) => offset..offset + len,
             Err(e) => return (Err(e), buf),
         };
-        let (result, mut bufs) = self.run(op, opcode, vec![(buf, range)]).await;
-        match bufs.pop() {
-            Some(buf) => (result, buf),
-            // `run` returns every buffer it was given.
-            None => lost_buffer(),
+        // One buffer needs none of `run`'s vectors: no allocation on the per-message path.
+        if let Err(e) = self.admit(op, &buf) {
+            return (Err(e), buf);
+        }
+        let segment = [Segment {
+            buffer: 0,
+            offset: range.start,
+            len: range.end - range.start,
+        }];
+        let held = Held::One(buf.into_user().0);
+        match self.post_held(op, opcode, held, &segment).await {
+            (result, Held::One(user)) => (result, B::from_user(Carried(user))),
+            // The table gives back exactly what it was given.
+            _ => lost_buffer(),
         }
     }
 

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use tokio::task::coop;
 
 use super::arm_state::ArmState;
+use super::spin_policy::SpinPolicy;
 use crate::reactor::FdWaiter;
 use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
 
@@ -30,6 +31,8 @@ use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
     busy_poll: Duration,
+    /// Whether the busy-poll window has been paying off lately.
+    spin: SpinPolicy,
     /// Whether an arm is outstanding.
     arm: ArmState,
     /// Test hook: the next wait fails as if polling the queue had failed.
@@ -46,6 +49,7 @@ impl AsyncCq {
         AsyncCq {
             cq,
             busy_poll,
+            spin: SpinPolicy::default(),
             arm: ArmState::default(),
             #[cfg(feature = "test-hooks")]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
@@ -139,10 +143,11 @@ impl AsyncCq {
         }
     }
 
-    /// Polls the queue, spinning for at most the busy-poll window while it is empty.
+    /// Polls the queue, spinning for at most the busy-poll window while it is empty (unless
+    /// recent windows ended empty: [`SpinPolicy`]).
     fn poll_busy(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
         let n = self.cq.poll(out)?;
-        if n > 0 || self.busy_poll.is_zero() {
+        if n > 0 || self.busy_poll.is_zero() || !self.spin.should_spin() {
             return Ok(n);
         }
         let deadline = Instant::now() + self.busy_poll;
@@ -153,6 +158,7 @@ impl AsyncCq {
             // The clock is read every few polls only: where it is slow to read (an emulated
             // HPET costs microseconds), reading it each time would be most of the window.
             if n > 0 || (spin.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline) {
+                self.spin.record(n > 0);
                 return Ok(n);
             }
             std::hint::spin_loop();

@@ -11,6 +11,7 @@ mod completion_queue;
 mod conn_waiter;
 mod fd_waiter;
 mod slot_queue;
+mod spin_policy;
 
 pub(crate) use completion_queue::AsyncCq;
 pub(crate) use conn_waiter::{ConnWaiter, Woken};
