@@ -130,6 +130,12 @@ impl CmLink {
             .ok_or_else(|| io::Error::other("the connection has no queue pair"))
     }
 
+    /// Sets the RNR timer of the connection's queue pair, as the handshake does.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn set_qp_min_rnr_timer(&self, code: u8) -> io::Result<()> {
+        self.id.set_qp_min_rnr_timer(code)
+    }
+
     /// Reads every queued event into the state. Returns `WouldBlock` once the channel is empty.
     fn drain_events(&self, state: &mut LinkState) -> io::Result<()> {
         loop {

@@ -260,6 +260,18 @@ impl Endpoint {
         self.link.qp_min_rnr_timer()
     }
 
+    /// Test hook: sets the RNR timer of the queue pair as the handshake does, which must also
+    /// succeed once the queue pair failed (a peer may fail it before the handshake sets it).
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_modify_qp` on a queue pair that has not failed.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __set_min_rnr_timer(&self, code: u8) -> io::Result<()> {
+        self.link.set_qp_min_rnr_timer(code)
+    }
+
     /// Test hook: the next receive this endpoint posts fails (as `ibv_post_recv` returning
     /// `ENOMEM`), to check that such a failure ends the connection with that cause.
     #[cfg(feature = "test-hooks")]

@@ -29,7 +29,13 @@ impl CmId {
     }
 
     /// Sets the RNR timer of the id's queue pair, which must be ready to send (an RTS to RTS
-    /// modification); does nothing when the id has no queue pair.
+    /// modification); does nothing when the id has no queue pair, or when the queue pair has
+    /// already failed.
+    ///
+    /// The peer may send as soon as the connection is up, before this runs: a message that fails
+    /// the queue pair (too long for its receive) moves it to the error state, where the
+    /// modification is refused. That connection is over, and its data path reports the failure
+    /// with the work completion's status, so the refusal is not the error to report.
     pub(crate) fn set_qp_min_rnr_timer(&self, code: u8) -> io::Result<()> {
         let Some(qp) = self.qp_ptr() else {
             return Ok(());
@@ -43,9 +49,21 @@ impl CmId {
         // transport is posted.
         let ret = unsafe { sys::ibv_modify_qp(qp, &mut attr, mask) };
         if ret != 0 {
+            if self.qp_failed()? {
+                tracing::debug!("the queue pair failed before its RNR timer was set");
+                return Ok(());
+            }
             return Err(error::call_error("ibv_modify_qp (min_rnr_timer)", ret));
         }
         Ok(())
+    }
+
+    /// Whether the id's queue pair is in the error state (or its send queue is).
+    fn qp_failed(&self) -> io::Result<bool> {
+        use sys::ibv_qp_state::{IBV_QPS_ERR, IBV_QPS_SQE};
+        Ok(self
+            .query_qp(sys::ibv_qp_attr_mask::IBV_QP_STATE)?
+            .is_some_and(|attr| matches!(attr.qp_state, IBV_QPS_ERR | IBV_QPS_SQE)))
     }
 
     /// The id's queue pair, if it has one.
@@ -57,7 +75,6 @@ impl CmId {
     }
 
     /// `ibv_query_qp` for the attributes in `mask`; `None` when the id has no queue pair.
-    #[cfg(feature = "test-hooks")]
     fn query_qp(&self, mask: u32) -> io::Result<Option<sys::ibv_qp_attr>> {
         let Some(qp) = self.qp_ptr() else {
             return Ok(None);

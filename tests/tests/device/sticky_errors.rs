@@ -5,9 +5,16 @@
 use std::io;
 use std::time::Duration;
 
+use rdma_async::cm::CmListener;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::error::EarlierFailure;
 use rdma_async_tests::{completion_status as status_of, guard, listener};
+
+/// Accepts the next connection with receive slots of 64 bytes, which a longer message fails.
+async fn accept_small_receives(listener: &CmListener) -> io::Result<Endpoint> {
+    let request = listener.accept_request().await?;
+    Endpoint::accept(request, &EndpointOptions::new().max_message_size(64)).await
+}
 
 /// A message longer than the peer's receive slots fails the sender's transport; every later send
 /// reports that failure with its status, and so do the peer's receives.
@@ -16,9 +23,7 @@ async fn endpoint_reports_a_failed_send_again_with_its_status() {
     let listener = listener().await;
     let addr = listener.local_addr();
     let server = tokio::spawn(async move {
-        let request = listener.accept_request().await?;
-        let opts = EndpointOptions::new().max_message_size(64);
-        let ep = Endpoint::accept(request, &opts).await?;
+        let ep = accept_small_receives(&listener).await?;
         let first = ep
             .recv()
             .await
@@ -70,4 +75,32 @@ async fn endpoint_reports_a_failed_send_again_with_its_status() {
     let recv_status = status_of(&recv_first);
     assert_eq!(status_of(&recv_again), recv_status, "{recv_again}");
     assert_eq!(recv_again.kind(), recv_first.kind());
+}
+
+/// The handshake sets the RNR timer just after the connection is up, when the peer may already
+/// have sent a message that failed the queue pair: setting it on a failed queue pair succeeds
+/// (the data path reports the failure with its status), so the accept does not fail with a
+/// refused `ibv_modify_qp` instead.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rnr_timer_can_be_set_after_the_peer_failed_the_queue_pair() {
+    let listener = listener().await;
+    let addr = listener.local_addr();
+    let server = tokio::spawn(async move {
+        let ep = accept_small_receives(&listener).await?;
+        ep.__set_min_rnr_timer(5)?;
+        let failure = ep
+            .recv()
+            .await
+            .expect_err("an oversized message fails the receive");
+        ep.__set_min_rnr_timer(6)?;
+        io::Result::Ok(failure)
+    });
+    let opts = EndpointOptions::new().max_message_size(4096);
+    let client = guard("connect", Endpoint::connect(addr, &opts))
+        .await
+        .unwrap();
+    client.send(&[7; 1024]).await.unwrap();
+    let failure = guard("server", server).await.unwrap().unwrap();
+    // The receive failed with the device's status, not with a refused modification.
+    status_of(&failure);
 }
