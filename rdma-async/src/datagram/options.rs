@@ -78,6 +78,10 @@ impl RDatagramOptions {
     }
 
     /// How long an empty completion queue is polled before the task sleeps.
+    ///
+    /// Adaptive as [`RStreamOptions::busy_poll`](crate::stream::RStreamOptions::busy_poll)
+    /// is: stretched up to 8 × `time` when completions arrive just after the window, skipped
+    /// while windows keep ending empty.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
         self

@@ -30,8 +30,7 @@ use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
 #[derive(Debug)]
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
-    busy_poll: Duration,
-    /// Whether the busy-poll window has been paying off lately.
+    /// Whether the busy-poll window has been paying off lately, and how long it is.
     spin: SpinPolicy,
     /// Whether an arm is outstanding.
     arm: ArmState,
@@ -48,8 +47,7 @@ impl AsyncCq {
     fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> Self {
         AsyncCq {
             cq,
-            busy_poll,
-            spin: SpinPolicy::default(),
+            spin: SpinPolicy::new(busy_poll),
             arm: ArmState::default(),
             #[cfg(feature = "test-hooks")]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
@@ -119,6 +117,7 @@ impl AsyncCq {
             }
             let n = self.cq.poll(out)?;
             if n > 0 {
+                self.spin.record_late();
                 coop.made_progress();
                 return Poll::Ready(Ok(n));
             }
@@ -144,22 +143,33 @@ impl AsyncCq {
     }
 
     /// Polls the queue, spinning for at most the busy-poll window while it is empty (unless
-    /// recent windows ended empty: [`SpinPolicy`]).
+    /// recent windows ended empty; the window adapts: [`SpinPolicy`]).
     fn poll_busy(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
         let n = self.cq.poll(out)?;
-        if n > 0 || self.busy_poll.is_zero() || !self.spin.should_spin() {
+        if n > 0 {
+            self.spin.record_late();
             return Ok(n);
         }
-        let deadline = Instant::now() + self.busy_poll;
+        let Some(window) = self.spin.window() else {
+            return Ok(0);
+        };
+        let deadline = Instant::now() + window;
         let mut spin = 0u32;
         loop {
             spin = spin.wrapping_add(1);
             let n = self.cq.poll(out)?;
+            if n > 0 {
+                self.spin.record_found();
+                return Ok(n);
+            }
             // The clock is read every few polls only: where it is slow to read (an emulated
             // HPET costs microseconds), reading it each time would be most of the window.
-            if n > 0 || (spin.is_multiple_of(CLOCK_EVERY) && Instant::now() >= deadline) {
-                self.spin.record(n > 0);
-                return Ok(n);
+            if spin.is_multiple_of(CLOCK_EVERY) {
+                let now = Instant::now();
+                if now >= deadline {
+                    self.spin.record_empty(now);
+                    return Ok(0);
+                }
             }
             std::hint::spin_loop();
         }

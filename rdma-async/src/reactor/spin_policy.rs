@@ -1,4 +1,4 @@
-//! When a busy-poll window is worth spending.
+//! When a busy-poll window is worth spending, and how long it is.
 //!
 //! Spinning pays when the next completion arrives within the window (one connection
 //! ping-ponging: it saves the arm, the sleep and the wake-up). It is pure waste when it does not
@@ -8,42 +8,116 @@
 //! (a single late completion is a hiccup, not a pattern), then 1, 3, 7, ... up to 63 waits
 //! ([`MAX_MISSES`]); a window that found a completion spins again at once. The occasional
 //! window that is still spent is the probe that notices when spinning pays again.
+//!
+//! The window grows when it ended just short: a completion that arrives after an empty window,
+//! but within [`MAX_GROWTH`] times the configured window, shows that a longer one would have
+//! caught it, so the window becomes that long (and a quarter), and the miss is forgiven. A
+//! round trip longer than the configured window (a slow link, or selective signaling leaving no
+//! send completion to restart the window half-way) is then spun through rather than slept
+//! through. A completion later than that resets the window to the configured one.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
 /// Empty windows in a row counted: after them, 2^(7-1) - 1 = 63 waits are skipped, so at least
 /// one wait in 64 probes.
 const MAX_MISSES: u32 = 7;
 
+/// The longest window, as a multiple of the configured one.
+const MAX_GROWTH: u64 = 8;
+
 /// Per completion queue; shared by its waiters. Races between them only shift the count of
-/// skipped waits, so relaxed atomics do.
-#[derive(Debug, Default)]
+/// skipped waits or the window's length, so relaxed atomics do.
+#[derive(Debug)]
 pub(crate) struct SpinPolicy {
     /// Waits still to skip spinning.
     skip: AtomicU32,
     /// Empty windows in a row, capped.
     misses: AtomicU32,
+    /// The window now, in nanoseconds.
+    window: AtomicU64,
+    /// The configured window, in nanoseconds.
+    base: u64,
+    /// When the last window ended empty, in nanoseconds since `epoch` (at least 1); 0 once a
+    /// completion came after it.
+    missed_at: AtomicU64,
+    epoch: Instant,
 }
 
 impl SpinPolicy {
-    /// Whether this wait should spend its busy-poll window; a wait told no counts as skipped.
-    pub(crate) fn should_spin(&self) -> bool {
+    /// A policy whose window starts at, and never falls below, `window`.
+    pub(crate) fn new(window: Duration) -> Self {
+        let base = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
+        SpinPolicy {
+            skip: AtomicU32::new(0),
+            misses: AtomicU32::new(0),
+            window: AtomicU64::new(base),
+            base,
+            missed_at: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// How long this wait spins, if at all: `None` when the window is zero or this wait skips
+    /// it (a wait told no counts as skipped).
+    pub(crate) fn window(&self) -> Option<Duration> {
+        if self.base == 0 {
+            return None;
+        }
         self.skip
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
             .is_err()
+            .then(|| Duration::from_nanos(self.window.load(Ordering::Relaxed)))
     }
 
-    /// Records how a spent window ended: with a completion (`found`) or empty.
-    pub(crate) fn record(&self, found: bool) {
-        if found {
-            self.misses.store(0, Ordering::Relaxed);
-            return;
-        }
+    /// Records that a spent window found a completion.
+    pub(crate) fn record_found(&self) {
+        self.misses.store(0, Ordering::Relaxed);
+    }
+
+    /// Records that a spent window ended empty, at `now`.
+    pub(crate) fn record_empty(&self, now: Instant) {
+        self.missed_at
+            .store(self.nanos_since_epoch(now), Ordering::Relaxed);
         let misses = (self.misses.load(Ordering::Relaxed) + 1).min(MAX_MISSES);
         self.misses.store(misses, Ordering::Relaxed);
         // 2^(misses-1) - 1: 0, 1, 3, 7, ... 63.
         self.skip
             .store((1u32 << (misses - 1)) - 1, Ordering::Relaxed);
+    }
+
+    /// Records a completion found without spinning: if it is the first since an empty window and
+    /// came soon enough, the window grows to have caught it. Reads the clock only then.
+    pub(crate) fn record_late(&self) {
+        if self.missed_at.load(Ordering::Relaxed) != 0 {
+            self.record_late_at(Instant::now());
+        }
+    }
+
+    fn record_late_at(&self, now: Instant) {
+        let missed_at = self.missed_at.swap(0, Ordering::Relaxed);
+        if missed_at == 0 {
+            return;
+        }
+        let late = self.nanos_since_epoch(now).saturating_sub(missed_at);
+        let needed = self.window.load(Ordering::Relaxed).saturating_add(late);
+        let max = self.base.saturating_mul(MAX_GROWTH);
+        if needed > max {
+            self.window.store(self.base, Ordering::Relaxed);
+            return;
+        }
+        let grown = needed.saturating_add(needed / 4).min(max);
+        self.window.store(grown, Ordering::Relaxed);
+        // A longer window would have found it: not a miss.
+        self.misses.store(0, Ordering::Relaxed);
+        self.skip.store(0, Ordering::Relaxed);
+    }
+
+    /// Nanoseconds from the policy's creation to `now`, at least 1 (0 means "no miss").
+    fn nanos_since_epoch(&self, now: Instant) -> u64 {
+        u64::try_from(now.saturating_duration_since(self.epoch).as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1)
     }
 }
 
@@ -51,31 +125,50 @@ impl SpinPolicy {
 mod tests {
     use super::*;
 
+    const BASE: Duration = Duration::from_micros(10);
+
     /// How many waits in a row skip spinning from now on.
     fn skipped(policy: &SpinPolicy) -> u32 {
         let mut n = 0;
-        while !policy.should_spin() {
+        while policy.window().is_none() {
             n += 1;
             assert!(n < 1 << (MAX_MISSES - 1), "more waits skipped than the cap");
         }
         n
     }
 
+    /// An empty window ending `at` after the policy's creation.
+    fn empty_at(policy: &SpinPolicy, at: Duration) {
+        policy.record_empty(policy.epoch + at);
+    }
+
+    fn late_at(policy: &SpinPolicy, at: Duration) {
+        policy.record_late_at(policy.epoch + at);
+    }
+
     #[test]
-    fn spins_while_windows_find_completions() {
-        let policy = SpinPolicy::default();
+    fn spins_the_configured_window_while_windows_find_completions() {
+        let policy = SpinPolicy::new(BASE);
         for _ in 0..100 {
-            assert!(policy.should_spin());
-            policy.record(true);
+            assert_eq!(policy.window(), Some(BASE));
+            policy.record_found();
         }
     }
 
     #[test]
+    fn a_zero_window_never_spins() {
+        let policy = SpinPolicy::new(Duration::ZERO);
+        assert_eq!(policy.window(), None);
+        policy.record_found();
+        assert_eq!(policy.window(), None);
+    }
+
+    #[test]
     fn empty_windows_in_a_row_skip_twice_as_many_waits_up_to_the_cap() {
-        let policy = SpinPolicy::default();
+        let policy = SpinPolicy::new(BASE);
         let mut seen = Vec::new();
-        for _ in 0..9 {
-            policy.record(false);
+        for i in 0..9 {
+            empty_at(&policy, Duration::from_millis(i + 1));
             seen.push(skipped(&policy));
         }
         assert_eq!(seen, [0, 1, 3, 7, 15, 31, 63, 63, 63]);
@@ -83,16 +176,52 @@ mod tests {
 
     #[test]
     fn a_window_that_finds_a_completion_resets_the_backoff() {
-        let policy = SpinPolicy::default();
-        for _ in 0..4 {
-            policy.record(false);
+        let policy = SpinPolicy::new(BASE);
+        for i in 0..4 {
+            empty_at(&policy, Duration::from_millis(i + 1));
             skipped(&policy);
         }
-        policy.record(true);
+        policy.record_found();
         assert_eq!(skipped(&policy), 0);
-        policy.record(false);
+        empty_at(&policy, Duration::from_millis(10));
         assert_eq!(skipped(&policy), 0, "one empty window is not a pattern");
-        policy.record(false);
+        empty_at(&policy, Duration::from_millis(11));
         assert_eq!(skipped(&policy), 1, "the backoff starts over");
+    }
+
+    #[test]
+    fn a_completion_soon_after_an_empty_window_grows_the_window_to_catch_it() {
+        let policy = SpinPolicy::new(BASE);
+        for i in 0..3 {
+            empty_at(&policy, Duration::from_millis(i + 1));
+        }
+        // 20 µs late with a 10 µs window: 30 µs would have caught it, and a quarter more.
+        late_at(&policy, Duration::from_micros(3020));
+        assert_eq!(skipped(&policy), 0, "the misses are forgiven");
+        assert_eq!(policy.window(), Some(Duration::from_nanos(37_500)));
+        // Only the first completion after the miss counts.
+        late_at(&policy, Duration::from_micros(3040));
+        assert_eq!(policy.window(), Some(Duration::from_nanos(37_500)));
+    }
+
+    #[test]
+    fn the_window_grows_to_at_most_eight_times_the_configured_one() {
+        let policy = SpinPolicy::new(BASE);
+        empty_at(&policy, Duration::from_millis(1));
+        late_at(&policy, Duration::from_micros(1065));
+        assert_eq!(policy.window(), Some(BASE * 8));
+    }
+
+    #[test]
+    fn a_completion_later_than_the_longest_window_resets_it_and_stays_a_miss() {
+        let policy = SpinPolicy::new(BASE);
+        empty_at(&policy, Duration::from_millis(1));
+        late_at(&policy, Duration::from_micros(1020));
+        assert!(policy.window().unwrap() > BASE);
+        empty_at(&policy, Duration::from_millis(2));
+        late_at(&policy, Duration::from_millis(3));
+        assert_eq!(policy.window(), Some(BASE));
+        empty_at(&policy, Duration::from_millis(4));
+        assert_eq!(skipped(&policy), 1, "two empty windows in a row");
     }
 }
