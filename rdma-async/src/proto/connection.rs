@@ -212,6 +212,7 @@ impl Connection {
         let wr_id = self.sends.push(SendKind::Data { len: chunk.len });
         DataWrite {
             wr_id,
+            signaled: chunk.signaled,
             len: chunk.len as usize,
             sbuf: chunk.sbuf,
             inline: chunk.inline,
@@ -252,6 +253,7 @@ impl Connection {
         let wr_id = self.sends.push(SendKind::Data { len: 0 });
         Ok(DataWrite {
             wr_id,
+            signaled: chunk.signaled,
             len: 0,
             sbuf: chunk.sbuf,
             inline: true,
@@ -261,31 +263,37 @@ impl Connection {
         })
     }
 
-    /// A send work request completed (`ok` = success status). Returns the error if this
+    /// A send work request completed (`ok` = success status). Sends complete in post order, so
+    /// this also completes every unsignaled send posted before it. Returns the error if this
     /// completion broke the connection.
     pub(crate) fn handle_send_completion(
         &mut self,
         wr_id: u64,
         ok: bool,
     ) -> Result<(), ProtoError> {
-        let kind = match self.sends.complete(wr_id) {
-            Ok(kind) => kind,
-            Err(err) => return Err(self.fail(err)),
-        };
-        match kind {
-            SendKind::Data { len } => self.sender.complete(len),
-            SendKind::Control(kind) => {
-                self.control.release();
-                if kind == ControlKind::Ctrl(CtrlCode::Disconnect) {
-                    // C: our DISCONNECT is out (or flushed): the connection is over.
-                    self.enter_disconnected();
+        let mut disconnect_done = false;
+        let mut last = None;
+        if let Err(err) = self.sends.completed_by(wr_id) {
+            return Err(self.fail(err));
+        }
+        for (_, kind) in self.sends.complete_through(wr_id)? {
+            match kind {
+                SendKind::Data { len } => self.sender.complete(len),
+                SendKind::Control(kind) => {
+                    self.control.release();
+                    disconnect_done |= kind == ControlKind::Ctrl(CtrlCode::Disconnect);
                 }
             }
+            last = Some(kind);
+        }
+        if disconnect_done {
+            // C: our DISCONNECT is out (or flushed): the connection is over.
+            self.enter_disconnected();
         }
         if !ok && self.state.connected {
             let err = ProtoError::new(
                 ProtoErrorKind::SendFailed,
-                format!("a {kind:?} send completed with an error status"),
+                format!("a {last:?} send completed with an error status"),
             );
             return Err(self.fail(err));
         }

@@ -2,7 +2,8 @@
 //!
 //! Both are plain data: the driver turns them into `ibv_send_wr`s (RDMA WRITE WITH IMM, or a
 //! plain RDMA WRITE for a keepalive), converts `imm` to big-endian, and posts them **in the
-//! order the core returned them** (completions are matched in that order).
+//! order the core returned them** (completions are matched in that order). Control writes are
+//! always signaled; data writes only when [`DataWrite::signaled`] says so.
 
 use super::imm::CtrlCode;
 use super::ring::Segments;
@@ -12,6 +13,9 @@ use super::ring::Segments;
 pub(crate) struct DataWrite {
     /// The work-request id to post with; pass it back to `handle_send_completion`.
     pub(crate) wr_id: u64,
+    /// Post with `IBV_SEND_SIGNALED`. Most chunks go unsignaled: the completion of a later
+    /// signaled send (every control message is) completes them too.
+    pub(crate) signaled: bool,
     /// Bytes in this chunk: the next `len` bytes of the application's buffer.
     pub(crate) len: usize,
     /// Where in the send ring to copy the chunk to and send it from (1 segment, or 2 when it

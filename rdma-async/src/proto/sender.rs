@@ -80,7 +80,12 @@ pub(crate) struct Chunk {
     pub(crate) inline: bool,
     pub(crate) remote_addr: u64,
     pub(crate) rkey: u32,
+    /// Post it signaled (see [`Sender::take_signal`]).
+    pub(crate) signaled: bool,
 }
+
+/// Most data writes posted unsignaled in a row (at the default send-queue depth).
+pub(crate) const MAX_SIGNAL_INTERVAL: u32 = 16;
 
 /// Sender state.
 #[derive(Debug, Clone)]
@@ -101,6 +106,12 @@ pub(crate) struct Sender {
     sseq_no: u16,
     sseq_comp: u16,
     peer_credits: u16,
+    /// Every `signal_interval`-th data write is signaled.
+    signal_interval: u32,
+    /// Data writes posted unsignaled since the last signaled one.
+    unsignaled_run: u32,
+    /// Send-ring bytes those writes hold.
+    unsignaled_bytes: u32,
 }
 
 impl Sender {
@@ -119,6 +130,10 @@ impl Sender {
             sseq_no: 0,
             sseq_comp: 0,
             peer_credits: 0,
+            // An eighth of the queue, so a signaled completion comes back well before it fills.
+            signal_interval: (sqe_max / 8).clamp(1, MAX_SIGNAL_INTERVAL),
+            unsignaled_run: 0,
+            unsignaled_bytes: 0,
         }
     }
 
@@ -189,6 +204,7 @@ impl Sender {
             inline,
             remote_addr,
             rkey: target.key,
+            signaled: self.take_signal(len),
         })
     }
 
@@ -220,13 +236,46 @@ impl Sender {
     ) -> Result<Chunk, WriteBlocked> {
         let (len, target) = self.chunk_len(call, remaining)?;
         let remote_addr = self.charge(len);
+        // The caller's region comes back only with a completion: the chunk that ends the write
+        // or after which the writer waits (for anything) is signaled, so the region is never
+        // left waiting on a later send that may not come.
+        let signaled =
+            self.take_signal(len) || len as usize == remaining || self.blocked().is_some();
+        if signaled {
+            (self.unsignaled_run, self.unsignaled_bytes) = (0, 0);
+        }
         Ok(Chunk {
             len,
             sbuf: Segments::EMPTY,
             inline: false,
             remote_addr,
             rkey: target.key,
+            signaled,
         })
+    }
+
+    /// Whether the data write of `len` bytes just accounted for must be signaled: every
+    /// `signal_interval`-th one, the one that brings the unsignaled writes to half the send
+    /// ring (so ring space comes back while the other half is being filled), and the one after
+    /// which the sender waits for a send completion (send queue or send ring used up). Sends
+    /// complete in order, so a completion releases every unsignaled write before it: a sender
+    /// blocked on the send queue or ring always has a signaled write in flight, and nothing in
+    /// the ring is reused before the device is done with it. (Waiting for the peer's credits or
+    /// buffers needs no completion.)
+    fn take_signal(&mut self, len: u32) -> bool {
+        let bytes = self.unsignaled_bytes.saturating_add(len);
+        let signaled = self.unsignaled_run + 1 >= self.signal_interval
+            || bytes >= self.sbuf_size / 2
+            || matches!(
+                self.blocked(),
+                Some(WriteBlocked::SendQueue | WriteBlocked::SendBuffer)
+            );
+        (self.unsignaled_run, self.unsignaled_bytes) = if signaled {
+            (0, 0)
+        } else {
+            (self.unsignaled_run + 1, bytes)
+        };
+        signaled
     }
 
     /// A 0-byte DATA message (which C never sends, and a receiver accepts): it takes a
@@ -245,6 +294,7 @@ impl Sender {
             inline: true,
             remote_addr: target.addr,
             rkey: target.key,
+            signaled: self.take_signal(0),
         })
     }
 
@@ -427,6 +477,64 @@ mod tests {
         s.complete(200);
         assert!(s.idle());
         assert_eq!(s.sbuf_bytes_avail(), 131072);
+    }
+
+    #[test]
+    fn external_chunks_are_signaled_when_the_write_ends_or_waits() {
+        let mut s = sender(Config::new().with_sbuf_size(1 << 20), 1 << 20);
+        let mut call = WriteCall::largest();
+        // 3 chunks of 64 KiB, then the 16 KiB that ends the write.
+        let flags: Vec<bool> = [212_992, 147_456, 81_920, 16_384]
+            .iter()
+            .map(|&remaining| {
+                s.next_external_chunk(&mut call, remaining)
+                    .unwrap()
+                    .signaled
+            })
+            .collect();
+        assert_eq!(flags, [false, false, false, true]);
+        // A write the peer's buffer cannot take at once: the last chunk before the wait is
+        // signaled even though the write is not over.
+        let mut s = sender(Config::new(), 65536);
+        let c = s
+            .next_external_chunk(&mut WriteCall::largest(), 100_000)
+            .unwrap();
+        assert_eq!(s.blocked(), Some(WriteBlocked::TargetBuffer));
+        assert!(c.signaled);
+    }
+
+    #[test]
+    fn signals_every_interval_and_before_waiting_for_a_completion() {
+        // Default depth: 380 data entries, every 16th write signaled.
+        let mut s = sender(Config::new().with_sbuf_size(1 << 20), 1 << 20);
+        let signaled: Vec<bool> = (0..32)
+            .map(|_| s.next_chunk(&mut WriteCall::new(), 64).unwrap().signaled)
+            .collect();
+        let at: Vec<usize> = (0..32).filter(|&i| signaled[i]).collect();
+        assert_eq!(at, [15, 31]);
+        // Half a 1 MiB ring: the 8th 64 KiB chunk is signaled, before the interval runs out.
+        let mut s = sender(Config::new().with_sbuf_size(1 << 20), 1 << 20);
+        let flags: Vec<bool> = (0..16)
+            .map(|_| {
+                s.next_chunk(&mut WriteCall::largest(), 65536)
+                    .unwrap()
+                    .signaled
+            })
+            .collect();
+        let at: Vec<usize> = (0..16).filter(|&i| flags[i]).collect();
+        assert_eq!(at, [7, 15]);
+        assert_eq!(s.blocked(), Some(WriteBlocked::SendBuffer));
+        // 38 data entries: every 4th write signaled, and the one that takes the last entry.
+        let mut s = sender(Config::new().with_sq_size(42), 1 << 20);
+        let flags: Vec<bool> = std::iter::from_fn(|| {
+            s.next_chunk(&mut WriteCall::new(), 1)
+                .ok()
+                .map(|c| c.signaled)
+        })
+        .collect();
+        let at: Vec<usize> = (0..flags.len()).filter(|&i| flags[i]).collect();
+        assert_eq!(at, [3, 7, 11, 15, 19, 23, 27, 31, 35, 37]);
+        assert_eq!(s.blocked(), Some(WriteBlocked::SendQueue));
     }
 
     #[test]

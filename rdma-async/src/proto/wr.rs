@@ -1,9 +1,11 @@
 //! Work-request ids for the sends the core plans, and the FIFO that matches completions.
 //!
 //! C encodes the message word in the wr_id. We keep what each outstanding send was in a FIFO
-//! instead and put a tag and a serial number in the wr_id: an RC send queue completes in post
-//! order, so each completion must match the oldest entry, and a mismatch (a driver bug) is
-//! caught instead of silently corrupting the ring accounting.
+//! instead and put a tag and a serial number in the wr_id. Not every send is signaled (see
+//! `Sender::take_signal`): an RC send queue completes in post order, so a completion means
+//! every send posted before it is done too, and it releases the FIFO up to and including its
+//! entry. A completion for a send that is not outstanding (a driver bug) is caught instead of
+//! silently corrupting the ring accounting.
 
 use std::collections::VecDeque;
 
@@ -47,19 +49,30 @@ impl SendQueue {
         wr_id
     }
 
-    /// Match a completion with the oldest outstanding send.
-    pub(crate) fn complete(&mut self, wr_id: u64) -> Result<SendKind, ProtoError> {
-        match self.fifo.front() {
-            Some(&(expected, kind)) if expected == wr_id => {
-                self.fifo.pop_front();
-                Ok(kind)
-            }
-            Some(&(expected, _)) => Err(ProtoError::usage(format!(
-                "send completion for wr_id {wr_id:#x}, but the oldest outstanding send is \
-                 {expected:#x} (sends must be posted in the order planned)"
-            ))),
-            None => Err(ProtoError::usage(format!(
+    /// Match a completion with an outstanding send and release it and every send posted
+    /// before it (completed in order, unsignaled); returns them, oldest first.
+    pub(crate) fn complete_through(
+        &mut self,
+        wr_id: u64,
+    ) -> Result<std::collections::vec_deque::Drain<'_, (u64, SendKind)>, ProtoError> {
+        let n = self.completed_by(wr_id)?;
+        Ok(self.fifo.drain(..n))
+    }
+
+    /// How many sends a completion for `wr_id` completes (it and every send before it).
+    pub(crate) fn completed_by(&self, wr_id: u64) -> Result<usize, ProtoError> {
+        let Some(&(oldest, _)) = self.fifo.front() else {
+            return Err(ProtoError::usage(format!(
                 "send completion for wr_id {wr_id:#x}, but no send is outstanding"
+            )));
+        };
+        // Serials are consecutive in the FIFO, so the entry's position follows from its serial.
+        let pos = (wr_id as u32).wrapping_sub(oldest as u32) as usize;
+        match self.fifo.get(pos) {
+            Some(&(id, _)) if id == wr_id => Ok(pos + 1),
+            _ => Err(ProtoError::usage(format!(
+                "send completion for wr_id {wr_id:#x}, which is not outstanding (the oldest \
+                 outstanding send is {oldest:#x}; sends must be posted in the order planned)"
             ))),
         }
     }
@@ -98,13 +111,31 @@ mod tests {
         assert_eq!(a & WR_ID_RECV_FLAG, 0);
         assert_ne!(a, b);
         assert_eq!(q.len(), 2);
-        assert!(q.complete(b).is_err());
-        assert_eq!(q.complete(a).unwrap(), SendKind::Data { len: 5 });
+        let kinds = |q: &mut SendQueue, id| {
+            q.complete_through(id)
+                .map(|d| d.map(|(_, k)| k).collect::<Vec<_>>())
+        };
+        assert_eq!(kinds(&mut q, a).unwrap(), [SendKind::Data { len: 5 }]);
         assert_eq!(
-            q.complete(b).unwrap(),
-            SendKind::Control(ControlKind::Credits { limit: 3 })
+            kinds(&mut q, b).unwrap(),
+            [SendKind::Control(ControlKind::Credits { limit: 3 })]
         );
         assert!(q.is_empty());
-        assert!(q.complete(b).is_err());
+        assert!(kinds(&mut q, b).is_err());
+    }
+
+    #[test]
+    fn a_completion_releases_every_earlier_send() {
+        let mut q = SendQueue::default();
+        let a = q.push(SendKind::Data { len: 1 });
+        let b = q.push(SendKind::Data { len: 2 });
+        let c = q.push(SendKind::Data { len: 3 });
+        let released: Vec<_> = q.complete_through(b).unwrap().map(|(id, _)| id).collect();
+        assert_eq!(released, [a, b]);
+        // Already released, or never posted: a driver bug, reported.
+        assert!(q.complete_through(a).is_err());
+        assert!(q.complete_through(c + 1).is_err());
+        assert_eq!(q.len(), 1);
+        assert_eq!(q.complete_through(c).unwrap().count(), 1);
     }
 }

@@ -11,7 +11,11 @@ pub struct StreamStats {
     pub control_writes: u64,
     /// `ibv_post_send` calls (one per work request: the rings post no chains).
     pub post_send_calls: u64,
-    /// Signaled send completions polled (every send is signaled, as in rsockets).
+    /// Send completions polled. Unlike rsockets, which signals every send, only every
+    /// 16th data write (fewer with a shallow send queue), the one that brings the unsignaled
+    /// writes to half the send ring, the one that fills the send queue or ring, and every
+    /// control message are signaled; a completion also completes the
+    /// unsignaled sends before it.
     pub send_completions: u64,
     /// Receive completions polled (one per data or control message from the peer).
     pub recv_completions: u64,

@@ -454,7 +454,7 @@ impl StreamCore {
                 imm: Some(write.imm),
             },
             payload,
-            signaled: true,
+            signaled: write.signaled,
         };
         if let Err(e) = self.qp.post(&req) {
             state.post_failed = true;

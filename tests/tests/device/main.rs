@@ -28,6 +28,7 @@ mod server_options;
 mod sticky_errors;
 mod stream;
 mod stream_api;
+mod stream_cost;
 mod stream_flood;
 mod stream_waiters;
 mod tls;

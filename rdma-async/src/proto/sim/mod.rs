@@ -28,7 +28,8 @@ use std::collections::{HashMap, VecDeque};
 use crate::proto::grant_queue::GrantQueue;
 use crate::proto::{
     Config, ConnData, Connection, ControlKind, ControlWrite, CtrlCode, DataWrite, LocalLayout,
-    ProtoError, RS_SGL_SIZE, ReadStatus, RecvEvent, RsSge, TARGET_SGL_BYTES, WriteCall, WriteError,
+    ProtoError, RS_SGL_SIZE, ReadStatus, RecvEvent, RsSge, TARGET_SGL_BYTES, WriteBlocked,
+    WriteCall, WriteError,
 };
 
 /// Fake addresses and keys, different per side so mix-ups are caught.
@@ -74,8 +75,12 @@ pub(crate) struct SimSide {
     sbuf: Vec<u8>,
     /// How many posted-but-not-completed writes use each send-ring byte (must stay ≤ 1).
     sbuf_busy: Vec<u8>,
-    /// Send-ring segments per outstanding data wr_id, released when its completion is handled.
+    /// Send-ring segments per outstanding data wr_id, released when its completion (or that of
+    /// a later send: they complete in order) is handled.
     sbuf_of_wr: HashMap<u64, Vec<(usize, usize)>>,
+    /// Every send posted and not yet known complete, in post order, with whether it was
+    /// signaled (only signaled sends produce a completion).
+    posted: VecDeque<(u64, bool)>,
     rbuf: Vec<u8>,
     rbuf_state: Vec<ByteState>,
     grants: GrantQueue,
@@ -104,6 +109,7 @@ impl SimSide {
             sbuf: vec![0; c.sbuf_size() as usize],
             sbuf_busy: vec![0; c.sbuf_size() as usize],
             sbuf_of_wr: HashMap::new(),
+            posted: VecDeque::new(),
             rbuf: vec![0; c.rbuf_size() as usize],
             rbuf_state: vec![ByteState::Free; c.rbuf_size() as usize],
             grants: GrantQueue::default(),
@@ -178,6 +184,7 @@ impl SimSide {
             None
         };
         self.data_posted.push(write);
+        self.posted.push_back((write.wr_id, write.signaled));
         wire.push_back(Wr::Data { write, inline });
     }
 
@@ -200,14 +207,30 @@ impl SimSide {
         }
     }
 
-    fn release_sbuf(&mut self, wr_id: u64) {
-        if let Some(segs) = self.sbuf_of_wr.remove(&wr_id) {
-            for (off, len) in segs {
-                for b in &mut self.sbuf_busy[off..off + len] {
-                    *b = 0;
+    /// A completion for `wr_id` was polled: the device is done with it and with every send
+    /// posted before it, so their send-ring bytes are free.
+    fn release_through(&mut self, wr_id: u64) {
+        if !self.posted.iter().any(|&(id, _)| id == wr_id) {
+            return;
+        }
+        while let Some((id, _)) = self.posted.pop_front() {
+            if let Some(segs) = self.sbuf_of_wr.remove(&id) {
+                for (off, len) in segs {
+                    for b in &mut self.sbuf_busy[off..off + len] {
+                        *b = 0;
+                    }
                 }
             }
+            if id == wr_id {
+                break;
+            }
         }
+    }
+
+    /// Whether a posted send will still produce a completion (one signaled and not yet
+    /// polled): what a writer waiting for send-queue or send-ring space needs.
+    fn completion_pending(&self) -> bool {
+        self.posted.iter().any(|&(_, signaled)| signaled)
     }
 
     /// Bytes in the receive ring the simulator thinks are filled and unconsumed.
@@ -294,7 +317,7 @@ impl Pair {
             let [a, b] = &mut self.sides;
             (b, a)
         };
-        let (wr_id, recv) = match wr {
+        let (wr_id, signaled, recv) = match wr {
             Wr::Data { write, inline } => {
                 let payload = sender.payload_of(&write, &inline);
                 assert_eq!(
@@ -314,6 +337,7 @@ impl Pair {
                 receiver.land_data(start, &payload);
                 (
                     write.wr_id,
+                    write.signaled,
                     Some(Cqe::Recv {
                         imm: Some(write.imm),
                         byte_len: write.len as u32,
@@ -362,6 +386,7 @@ impl Pair {
                 };
                 (
                     c.wr_id,
+                    true,
                     c.imm.map(|imm| Cqe::Recv {
                         imm: Some(imm),
                         byte_len,
@@ -373,7 +398,10 @@ impl Pair {
             receiver.recv_posted -= 1;
             receiver.cq.push_back(cqe);
         }
-        sender.cq.push_back(Cqe::Send { wr_id, ok: true });
+        // Like a device without `sq_sig_all`: unsignaled sends complete silently.
+        if signaled {
+            sender.cq.push_back(Cqe::Send { wr_id, ok: true });
+        }
         true
     }
 
@@ -413,7 +441,7 @@ impl Pair {
                 Cqe::Send { wr_id, ok } => {
                     let r = s.conn.handle_send_completion(wr_id, ok);
                     // The device is done with the send-ring bytes either way.
-                    s.release_sbuf(wr_id);
+                    s.release_through(wr_id);
                     if let Err(e) = r {
                         first_err.get_or_insert(e);
                     }
@@ -452,6 +480,7 @@ impl Pair {
         let mut n = 0;
         while let Some(c) = self.sides[side].conn.poll_control() {
             self.sides[side].controls_posted.push(c);
+            self.sides[side].posted.push_back((c.wr_id, true));
             self.wires[side].push_back(Wr::Control(c));
             n += 1;
         }
@@ -472,6 +501,16 @@ impl Pair {
                     written += w.len;
                 }
                 Err(e) => {
+                    if let WriteError::Blocked(WriteBlocked::SendQueue | WriteBlocked::SendBuffer) =
+                        e
+                    {
+                        // The signaling rule: only a completion frees send-queue entries and
+                        // ring space, so one must be on its way.
+                        assert!(
+                            s.completion_pending(),
+                            "writer blocked on {e:?} with no signaled send outstanding"
+                        );
+                    }
                     stopped = Some(e);
                     break;
                 }
@@ -519,14 +558,15 @@ impl Pair {
         out
     }
 
-    /// Whether some pending event could unblock a write of `side`: one of its sends has not
-    /// completed (its completion returns send-queue and send-ring space), a message to it is
+    /// Whether some pending event could unblock a write of `side`: one of its signaled sends
+    /// has not completed (its completion returns send-queue and send-ring space of it and of
+    /// every unsignaled send before it), a message to it is
     /// on the wire or in its CQ, or the peer has a credit update due or unread data whose
     /// reading will produce one. This is the "no lost wake-up" condition.
     pub(crate) fn write_wakeup_pending(&self, side: usize) -> bool {
         let me = &self.sides[side];
         let peer = &self.sides[1 - side];
-        if me.conn.sends_in_flight() > 0 || !me.cq.is_empty() || !self.wires[1 - side].is_empty() {
+        if me.completion_pending() || !me.cq.is_empty() || !self.wires[1 - side].is_empty() {
             return true;
         }
         if peer.conn.readable_segments().total() > 0 || !peer.cq.is_empty() {

@@ -497,6 +497,8 @@ fn failed_send_completion_is_an_error() {
     pair.settle().unwrap();
     pair.app_write(0, b"doomed");
     let wr_id = pair.sides[0].data_posted[0].wr_id;
+    // Posted unsignaled: the device still reports its failure (an error always completes).
+    assert!(!pair.sides[0].data_posted[0].signaled);
     pair.fail_next_send(0, wr_id);
     let err = pair.poll_cq(0, 1).unwrap_err();
     assert_eq!(err.kind(), ProtoErrorKind::SendFailed);

@@ -1,0 +1,132 @@
+//! What streaming costs the device per message, counted from `RStream::stats()`: how many
+//! sends are signaled (each signaled send is a completion to poll) and how many
+//! `ibv_post_send` calls are made (one per work request: chains are not posted). Counts, not
+//! timings.
+
+use std::io;
+
+use rdma_async::stream::{RStream, RStreamOptions, StreamStats};
+use rdma_async_tests::data::pattern;
+use rdma_async_tests::{guard, stream_pair};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// A send ring of 32 chunks of 64 KiB: half of it (when a send is signaled so that ring space
+/// comes back in time) is 16 chunks, the signaling interval at the default send-queue depth.
+const SEND_RING: u32 = 2 << 20;
+/// The peer grants half its receive ring at a time: 8 chunks.
+const RECV_RING: u32 = 1 << 20;
+/// Bytes streamed in 64 KiB and in 1 MiB write calls.
+const SMALL_TOTAL: usize = 32 << 20;
+const LARGE_TOTAL: usize = 8 << 20;
+
+/// Writes `total` bytes of `pattern(seed, ..)` in `write_size` write calls (a partial write
+/// counts as a call and the rest goes in the next one); returns the number of calls and the
+/// change of the stream's counters over them.
+async fn write_counting(
+    stream: &mut RStream,
+    seed: u64,
+    total: usize,
+    write_size: usize,
+) -> io::Result<(u64, StreamStats)> {
+    let before = stream.stats();
+    let data = pattern(seed, write_size);
+    let mut calls = 0;
+    for _ in 0..total / write_size {
+        let mut done = 0;
+        while done < data.len() {
+            done += stream.write(&data[done..]).await?;
+            calls += 1;
+        }
+    }
+    let after = stream.stats();
+    // `StreamStats` is non-exhaustive: filled field by field.
+    let mut delta = StreamStats::default();
+    delta.data_writes = after.data_writes - before.data_writes;
+    delta.control_writes = after.control_writes - before.control_writes;
+    delta.post_send_calls = after.post_send_calls - before.post_send_calls;
+    delta.send_completions = after.send_completions - before.send_completions;
+    Ok((calls, delta))
+}
+
+/// Reads `total` bytes, checking each `write_size` piece against `pattern(seed, ..)`.
+async fn read_checking(
+    stream: &mut RStream,
+    seed: u64,
+    total: usize,
+    write_size: usize,
+) -> io::Result<()> {
+    let want = pattern(seed, write_size);
+    let mut piece = vec![0u8; write_size];
+    for i in 0..total / write_size {
+        stream.read_exact(&mut piece).await?;
+        assert!(piece == want, "piece {i} of {write_size} bytes differs");
+    }
+    Ok(())
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streaming_signals_at_most_one_send_in_eight() {
+    let options = RStreamOptions::new()
+        .send_buffer_size(SEND_RING)
+        .recv_buffer_size(RECV_RING);
+    let (mut reader, mut writer) = stream_pair(options).await;
+    let reading = tokio::spawn(async move {
+        read_checking(&mut reader, 1, SMALL_TOTAL, 64 << 10).await?;
+        read_checking(&mut reader, 2, LARGE_TOTAL, 1 << 20).await?;
+        let mut rest = Vec::new();
+        reader.read_to_end(&mut rest).await?;
+        assert!(rest.is_empty(), "{} bytes after the end", rest.len());
+        io::Result::Ok(())
+    });
+    // 32 MiB in 64 KiB writes: one chunk per call.
+    let small = guard("32 MiB in 64 KiB writes", async {
+        write_counting(&mut writer, 1, SMALL_TOTAL, 64 << 10).await
+    })
+    .await
+    .unwrap();
+    // 8 MiB in 1 MiB writes: up to 16 chunks per call.
+    let large = guard("8 MiB in 1 MiB writes", async {
+        let large = write_counting(&mut writer, 2, LARGE_TOTAL, 1 << 20).await?;
+        writer.shutdown().await?;
+        reading.await.expect("reader task")?;
+        io::Result::Ok(large)
+    })
+    .await
+    .unwrap();
+    println!("64 KiB writes: {small:?}\n1 MiB writes: {large:?}");
+
+    let (calls, s) = small;
+    let messages = s.data_writes + s.control_writes;
+    assert_eq!(
+        s.data_writes,
+        (SMALL_TOTAL / (64 << 10)) as u64,
+        "64 KiB writes are one chunk each: {s:?}"
+    );
+    assert!(
+        s.send_completions * 8 <= messages,
+        "{} signaled send completions for {messages} messages (more than 1 in 8): {s:?}",
+        s.send_completions
+    );
+    assert_eq!(
+        s.post_send_calls, messages,
+        "one post per work request: {s:?}"
+    );
+    assert!(calls >= s.data_writes, "{calls} calls for {s:?}");
+
+    let (calls, l) = large;
+    assert!(
+        l.data_writes >= 128 && calls < l.data_writes,
+        "1 MiB writes take several chunks per call: {calls} calls, {l:?}"
+    );
+    assert!(
+        l.send_completions * 8 <= l.data_writes + l.control_writes,
+        "{} signaled send completions for {} messages: {l:?}",
+        l.send_completions,
+        l.data_writes + l.control_writes
+    );
+    assert_eq!(
+        l.post_send_calls,
+        l.data_writes + l.control_writes,
+        "one post per work request: {l:?}"
+    );
+}
