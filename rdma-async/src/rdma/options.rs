@@ -89,12 +89,12 @@ impl RdmaOptions {
 
     /// How long an empty completion queue is polled before the connection's task sleeps.
     ///
-    /// Adaptive, between `time` and 8 × `time`: a completion that arrives soon after a window
-    /// ended empty stretches the window to catch the next one like it (a round trip longer than
-    /// `time` is spun through, not slept through), and one later than 8 × `time` sets it back.
-    /// After two or more windows in a row ended empty, the next waits skip it (1, 3, 7, ... up
-    /// to 63 of them), so many connections that each wait longer than the window do not spin
-    /// the thread for nothing; a window that finds a completion restores it.
+    /// Adaptive: after two or more windows in a row ended empty, the next waits skip it (1, 3,
+    /// 7, ... up to 63 of them), so many connections that each wait longer than the window do
+    /// not spin the thread for nothing; a window that finds a completion restores it. Unlike
+    /// `RStream`'s and `Endpoint`'s, the window is not stretched: the connection's own task
+    /// polls the queue and wakes the operations, so spinning longer there keeps a CPU busy
+    /// without waking them sooner.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
         self

@@ -43,11 +43,11 @@ pub(crate) struct AsyncCq {
 const CLOCK_EVERY: u32 = 16;
 
 impl AsyncCq {
-    /// Wraps `cq`; `busy_poll` is how long an empty queue is polled before the task sleeps.
-    fn new(cq: Arc<CompletionQueue>, busy_poll: Duration) -> Self {
+    /// Wraps `cq`; `spin` says how long an empty queue is polled before the task sleeps.
+    fn new(cq: Arc<CompletionQueue>, spin: SpinPolicy) -> Self {
         AsyncCq {
             cq,
-            spin: SpinPolicy::new(busy_poll),
+            spin,
             arm: ArmState::default(),
             #[cfg(feature = "test-hooks")]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
@@ -55,11 +55,27 @@ impl AsyncCq {
     }
 
     /// Creates a completion queue of `entries` on `id`'s device, with a completion channel of
-    /// its own (so its events wake only its waiters).
+    /// its own (so its events wake only its waiters), and a busy-poll window that starts at
+    /// `busy_poll` and adapts ([`SpinPolicy::new`]).
     pub(crate) fn create(id: &Arc<CmId>, entries: u32, busy_poll: Duration) -> io::Result<Self> {
+        Self::create_with(id, entries, SpinPolicy::new(busy_poll))
+    }
+
+    /// As [`Self::create`], with a busy-poll window that stays `busy_poll` (only the skipping
+    /// adapts: [`SpinPolicy::fixed`]). For a queue polled by a task that wakes the waiting
+    /// ones, where a longer spin holds a CPU without waking them sooner.
+    pub(crate) fn create_fixed_window(
+        id: &Arc<CmId>,
+        entries: u32,
+        busy_poll: Duration,
+    ) -> io::Result<Self> {
+        Self::create_with(id, entries, SpinPolicy::fixed(busy_poll))
+    }
+
+    fn create_with(id: &Arc<CmId>, entries: u32, spin: SpinPolicy) -> io::Result<Self> {
         let channel = Arc::new(CompletionChannel::new(id.clone())?);
         let cq = Arc::new(CompletionQueue::new(channel, entries)?);
-        Ok(Self::new(cq, busy_poll))
+        Ok(Self::new(cq, spin))
     }
 
     /// The verbs queue, for creating queue pairs on it.

@@ -38,6 +38,8 @@ pub(crate) struct SpinPolicy {
     window: AtomicU64,
     /// The configured window, in nanoseconds.
     base: u64,
+    /// The longest the window grows to, in nanoseconds.
+    max: u64,
     /// When the last window ended empty, in nanoseconds since `epoch` (at least 1); 0 once a
     /// completion came after it.
     missed_at: AtomicU64,
@@ -45,14 +47,25 @@ pub(crate) struct SpinPolicy {
 }
 
 impl SpinPolicy {
-    /// A policy whose window starts at, and never falls below, `window`.
+    /// A policy whose window starts at, and never falls below, `window`, and grows up to
+    /// [`MAX_GROWTH`] times that.
     pub(crate) fn new(window: Duration) -> Self {
+        Self::with_growth(window, MAX_GROWTH)
+    }
+
+    /// A policy whose window stays `window` (only the skipping adapts).
+    pub(crate) fn fixed(window: Duration) -> Self {
+        Self::with_growth(window, 1)
+    }
+
+    fn with_growth(window: Duration, growth: u64) -> Self {
         let base = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         SpinPolicy {
             skip: AtomicU32::new(0),
             misses: AtomicU32::new(0),
             window: AtomicU64::new(base),
             base,
+            max: base.saturating_mul(growth),
             missed_at: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -101,12 +114,11 @@ impl SpinPolicy {
         }
         let late = self.nanos_since_epoch(now).saturating_sub(missed_at);
         let needed = self.window.load(Ordering::Relaxed).saturating_add(late);
-        let max = self.base.saturating_mul(MAX_GROWTH);
-        if needed > max {
+        if needed > self.max {
             self.window.store(self.base, Ordering::Relaxed);
             return;
         }
-        let grown = needed.saturating_add(needed / 4).min(max);
+        let grown = needed.saturating_add(needed / 4).min(self.max);
         self.window.store(grown, Ordering::Relaxed);
         // A longer window would have found it: not a miss.
         self.misses.store(0, Ordering::Relaxed);
@@ -210,6 +222,16 @@ mod tests {
         empty_at(&policy, Duration::from_millis(1));
         late_at(&policy, Duration::from_micros(1065));
         assert_eq!(policy.window(), Some(BASE * 8));
+    }
+
+    #[test]
+    fn a_fixed_window_does_not_grow_and_late_completions_stay_misses() {
+        let policy = SpinPolicy::fixed(BASE);
+        empty_at(&policy, Duration::from_millis(1));
+        late_at(&policy, Duration::from_micros(1005));
+        assert_eq!(policy.window(), Some(BASE));
+        empty_at(&policy, Duration::from_millis(2));
+        assert_eq!(skipped(&policy), 1, "two empty windows in a row");
     }
 
     #[test]
