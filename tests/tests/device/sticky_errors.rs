@@ -5,31 +5,25 @@
 use std::io;
 use std::time::Duration;
 
-use rdma_async::cm::CmListener;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::error::EarlierFailure;
 use rdma_async_tests::{completion_status as status_of, guard, listener};
 
-/// Accepts the next connection with receive slots of 64 bytes, which a longer message fails.
-async fn accept_small_receives(listener: &CmListener) -> io::Result<Endpoint> {
-    let request = listener.accept_request().await?;
-    Endpoint::accept(request, &EndpointOptions::new().max_message_size(64)).await
-}
-
-/// A message longer than the peer's receive slots fails the sender's transport; every later send
-/// reports that failure with its status, and so do the peer's receives.
-#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn endpoint_reports_a_failed_send_again_with_its_status() {
+/// A server endpoint with 64-byte receive slots, running `serve`, and a client connected to it
+/// that has posted a 1024-byte message to it, which fails both queue pairs.
+async fn oversized_message<T, F>(
+    serve: impl FnOnce(Endpoint) -> F + Send + 'static,
+) -> (Endpoint, tokio::task::JoinHandle<io::Result<T>>)
+where
+    F: Future<Output = io::Result<T>> + Send + 'static,
+    T: Send + 'static,
+{
     let listener = listener().await;
     let addr = listener.local_addr();
     let server = tokio::spawn(async move {
-        let ep = accept_small_receives(&listener).await?;
-        let first = ep
-            .recv()
-            .await
-            .expect_err("an oversized message fails the receive");
-        let again = ep.recv().await.expect_err("the receive side stays failed");
-        io::Result::Ok((first, again))
+        let request = listener.accept_request().await?;
+        let opts = EndpointOptions::new().max_message_size(64);
+        serve(Endpoint::accept(request, &opts).await?).await
     });
     let opts = EndpointOptions::new().max_message_size(4096);
     let client = guard("connect", Endpoint::connect(addr, &opts))
@@ -37,6 +31,22 @@ async fn endpoint_reports_a_failed_send_again_with_its_status() {
         .unwrap();
     // Posted: the failure shows in a later send, once its completion arrived.
     client.send(&[7; 1024]).await.unwrap();
+    (client, server)
+}
+
+/// A message longer than the peer's receive slots fails the sender's transport; every later send
+/// reports that failure with its status, and so do the peer's receives.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn endpoint_reports_a_failed_send_again_with_its_status() {
+    let (client, server) = oversized_message(|ep| async move {
+        let first = ep
+            .recv()
+            .await
+            .expect_err("an oversized message fails the receive");
+        let again = ep.recv().await.expect_err("the receive side stays failed");
+        Ok((first, again))
+    })
+    .await;
     // Each send reaps the completions before it: poll until the failed one has arrived.
     let first = guard("the failure to show", async {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
@@ -83,23 +93,16 @@ async fn endpoint_reports_a_failed_send_again_with_its_status() {
 /// refused `ibv_modify_qp` instead.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rnr_timer_can_be_set_after_the_peer_failed_the_queue_pair() {
-    let listener = listener().await;
-    let addr = listener.local_addr();
-    let server = tokio::spawn(async move {
-        let ep = accept_small_receives(&listener).await?;
+    let (_client, server) = oversized_message(|ep| async move {
         ep.__set_min_rnr_timer(5)?;
         let failure = ep
             .recv()
             .await
             .expect_err("an oversized message fails the receive");
         ep.__set_min_rnr_timer(6)?;
-        io::Result::Ok(failure)
-    });
-    let opts = EndpointOptions::new().max_message_size(4096);
-    let client = guard("connect", Endpoint::connect(addr, &opts))
-        .await
-        .unwrap();
-    client.send(&[7; 1024]).await.unwrap();
+        Ok(failure)
+    })
+    .await;
     let failure = guard("server", server).await.unwrap().unwrap();
     // The receive failed with the device's status, not with a refused modification.
     status_of(&failure);
