@@ -42,8 +42,9 @@ fn assert_timed_out(err: &std::io::Error, peer: SocketAddr, what: &str, since: I
     );
 }
 
-/// Writes until the peer's credits run out and every posted work request completed: blocked
-/// with nothing in flight. The echo peer stops reading once nobody reads its echo.
+/// Writes until the peer's credits run out and every signaled send completed: blocked with
+/// nothing in flight (each 64 KiB write fills half the 128 KiB send ring, so each is
+/// signaled). The echo peer stops reading once nobody reads its echo.
 async fn fill_until_blocked(stream: &RStream) {
     let chunk = vec![0x3cu8; 64 << 10];
     bounded("filling the peer's ring", async {
@@ -53,7 +54,7 @@ async fn fill_until_blocked(stream: &RStream) {
                 Ok(_) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                     let stats = stream.stats();
-                    if stats.send_completions == stats.post_send_calls {
+                    if stats.send_completions == stats.signaled_sends {
                         return;
                     }
                     tick.tick().await;

@@ -498,9 +498,19 @@ impl Connection {
     ) -> ControlWrite {
         let ctrl_slot = self.control.take_slot();
         let wr_id = self.sends.push(SendKind::Control(kind));
+        // A credit or buffer update goes unsignaled unless it takes the last free control
+        // slot: the next control message then waits for a completion, and this one's (sends
+        // complete in order) frees every slot. Until then any later signaled send frees them.
+        // After a local shutdown no data write will come to complete it, and
+        // `all_sends_done` must become true: signaled. CTRL messages are rare, and a
+        // DISCONNECT's completion ends the connection.
+        let signaled = matches!(kind, ControlKind::Ctrl(_))
+            || !self.state.writable
+            || !self.control.slot_free();
         ControlWrite {
             wr_id,
             kind,
+            signaled,
             imm,
             payload,
             remote_addr,
@@ -558,6 +568,16 @@ impl Connection {
     /// state.
     pub(crate) fn handle_fatal(&mut self, err: ProtoError) -> ProtoError {
         self.fail(err)
+    }
+
+    /// Whether a control message is due but every control slot is taken: it waits for a send
+    /// completion (the simulator checks one is coming).
+    #[cfg(test)]
+    pub(crate) fn control_waiting_for_slot(&self) -> bool {
+        self.state.connected
+            && !self.control.slot_free()
+            && (self.control.has_pending()
+                || (!self.control.disconnect_queued() && self.receiver.credit_update_due()))
     }
 
     /// C's `rs_conn_all_sends_done`: nothing left to wait for before tearing down (every send

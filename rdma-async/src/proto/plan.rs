@@ -2,8 +2,8 @@
 //!
 //! Both are plain data: the driver turns them into `ibv_send_wr`s (RDMA WRITE WITH IMM, or a
 //! plain RDMA WRITE for a keepalive), converts `imm` to big-endian, and posts them **in the
-//! order the core returned them** (completions are matched in that order). Control writes are
-//! always signaled; data writes only when [`DataWrite::signaled`] says so.
+//! order the core returned them** (completions are matched in that order), signaled only when
+//! [`DataWrite::signaled`] or [`ControlWrite::signaled`] says so.
 
 use super::imm::CtrlCode;
 use super::ring::Segments;
@@ -14,7 +14,7 @@ pub(crate) struct DataWrite {
     /// The work-request id to post with; pass it back to `handle_send_completion`.
     pub(crate) wr_id: u64,
     /// Post with `IBV_SEND_SIGNALED`. Most chunks go unsignaled: the completion of a later
-    /// signaled send (every control message is) completes them too.
+    /// signaled send completes them too.
     pub(crate) signaled: bool,
     /// Bytes in this chunk: the next `len` bytes of the application's buffer.
     pub(crate) len: usize,
@@ -61,6 +61,9 @@ pub(crate) struct ControlWrite {
     pub(crate) wr_id: u64,
     /// What it is.
     pub(crate) kind: ControlKind,
+    /// Post with `IBV_SEND_SIGNALED`: CTRL messages always, credit and buffer updates only
+    /// when they take the last free control slot (see `Connection::plan_control`).
+    pub(crate) signaled: bool,
     /// Host-order immediate word; `None` means a plain RDMA WRITE (keepalive).
     pub(crate) imm: Option<u32>,
     /// The 16 bytes to write (SGL updates only), already in the peer's byte order.

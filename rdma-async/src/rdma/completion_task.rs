@@ -18,8 +18,8 @@ use crate::cm::link::CmLink;
 use crate::error::{StickyError, wc_error};
 use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
-    CallerMemoryQueuePair, Held, IdDevice, InFlightTable, ProtectionDomain, Ticket, WcStatus,
-    WorkCompletion, WorkQueue,
+    CallerMemoryQueuePair, CompletionBatch, Held, IdDevice, InFlightTable, ProtectionDomain,
+    Ticket, WcStatus, WorkCompletion, WorkQueue,
 };
 
 /// How long a dropped connection waits for its flushed work requests before freeing everything
@@ -178,9 +178,9 @@ impl ConnShared {
 
     /// Dispatches what the completion queue holds, without waiting; stops at a poll failure.
     fn dispatch_queued(&self) {
-        let mut wcs = [WorkCompletion::EMPTY; 32];
-        while let Ok(n @ 1..) = self.cq.try_poll(&mut wcs) {
-            self.dispatch(&wcs[..n]);
+        let mut batch = CompletionBatch::<32>::new();
+        while let Ok(wcs @ [_, ..]) = self.cq.try_poll_batch(&mut batch) {
+            self.dispatch(wcs);
         }
     }
 
@@ -329,7 +329,7 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
             return;
         }
     };
-    let mut wcs = [WorkCompletion::EMPTY; 32];
+    let mut batch = CompletionBatch::<32>::new();
     let mut link_open = true;
     let mut closing = false;
     // Armed when closing starts.
@@ -343,9 +343,9 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
         tokio::select! {
             biased;
             // Once its close was seen, the link is no longer watched.
-            woken = waiter.wait(&shared.cq, link_open.then_some(&shared.link), &mut wcs) => {
+            woken = waiter.wait(&shared.cq, link_open.then_some(&shared.link), &mut batch) => {
                 match woken {
-                    Woken::Completions(Ok(n)) => shared.dispatch(&wcs[..n]),
+                    Woken::Completions(Ok(_)) => shared.dispatch(batch.as_slice()),
                     Woken::Completions(Err(e)) => {
                         // Nothing can be reaped any more: `exit` fails the connection.
                         exit.cause = Some(io::Error::new(

@@ -20,7 +20,7 @@ use tokio::task::coop;
 use super::arm_state::ArmState;
 use super::spin_policy::SpinPolicy;
 use crate::reactor::FdWaiter;
-use crate::verbs::{CmId, CompletionChannel, CompletionQueue, WorkCompletion};
+use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion};
 
 /// A completion queue whose completions wake tasks.
 ///
@@ -95,19 +95,23 @@ impl AsyncCq {
             .store(true, std::sync::atomic::Ordering::Release);
     }
 
-    /// Polls for completions without waiting.
-    pub(crate) fn try_poll(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        self.cq.poll(out)
+    /// Polls for up to `N` completions into `batch` without waiting, and returns them.
+    pub(crate) fn try_poll_batch<'b, const N: usize>(
+        &self,
+        batch: &'b mut CompletionBatch<N>,
+    ) -> io::Result<&'b [WorkCompletion]> {
+        self.cq.poll_batch(batch)
     }
 
-    /// Waits until at least one completion is available and copies up to `out.len()` of them.
+    /// Waits until at least one completion is available and polls up to `N` of them into
+    /// `out`; returns how many.
     ///
     /// Cancel safety: completions are only taken from the queue when this returns `Ready`.
-    pub(crate) fn poll_completions(
+    pub(crate) fn poll_completions<const N: usize>(
         &self,
         waiter: &FdWaiter,
         cx: &mut Context<'_>,
-        out: &mut [WorkCompletion],
+        out: &mut CompletionBatch<N>,
     ) -> Poll<io::Result<usize>> {
         let coop = ready!(coop::poll_proceed(cx));
         #[cfg(feature = "test-hooks")]
@@ -131,7 +135,7 @@ impl AsyncCq {
                 self.arm.arm_failed();
                 return Poll::Ready(Err(e));
             }
-            let n = self.cq.poll(out)?;
+            let n = self.cq.poll_batch(out)?.len();
             if n > 0 {
                 self.spin.record_late();
                 coop.made_progress();
@@ -160,8 +164,8 @@ impl AsyncCq {
 
     /// Polls the queue, spinning for at most the busy-poll window while it is empty (unless
     /// recent windows ended empty; the window adapts: [`SpinPolicy`]).
-    fn poll_busy(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        let n = self.cq.poll(out)?;
+    fn poll_busy<const N: usize>(&self, out: &mut CompletionBatch<N>) -> io::Result<usize> {
+        let n = self.cq.poll_batch(out)?.len();
         if n > 0 {
             self.spin.record_late();
             return Ok(n);
@@ -173,7 +177,7 @@ impl AsyncCq {
         let mut spin = 0u32;
         loop {
             spin = spin.wrapping_add(1);
-            let n = self.cq.poll(out)?;
+            let n = self.cq.poll_batch(out)?.len();
             if n > 0 {
                 self.spin.record_found();
                 return Ok(n);

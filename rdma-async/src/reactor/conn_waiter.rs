@@ -6,7 +6,7 @@ use std::task::{Context, Poll};
 
 use super::{AsyncCq, FdWaiter};
 use crate::cm::link::CmLink;
-use crate::verbs::WorkCompletion;
+use crate::verbs::CompletionBatch;
 
 /// What ended a wait.
 #[derive(Debug)]
@@ -45,12 +45,12 @@ impl ConnWaiter {
     /// passing `None` stops watching it (once its close was handled).
     ///
     /// Cancel safety: completions are taken only when returned; CM events read are recorded.
-    pub(crate) fn poll_wait(
+    pub(crate) fn poll_wait<const N: usize>(
         &self,
         cq: &AsyncCq,
         link: Option<&CmLink>,
         cx: &mut Context<'_>,
-        out: &mut [WorkCompletion],
+        out: &mut CompletionBatch<N>,
     ) -> Poll<Woken> {
         if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out) {
             return Poll::Ready(Woken::Completions(polled));
@@ -62,11 +62,11 @@ impl ConnWaiter {
     }
 
     /// Waits as [`Self::poll_wait`].
-    pub(crate) async fn wait(
+    pub(crate) async fn wait<const N: usize>(
         &self,
         cq: &AsyncCq,
         link: Option<&CmLink>,
-        out: &mut [WorkCompletion],
+        out: &mut CompletionBatch<N>,
     ) -> Woken {
         poll_fn(|cx| self.poll_wait(cq, link, cx, out)).await
     }

@@ -11,7 +11,7 @@ use tokio::sync::{Mutex, MutexGuard};
 use super::{AsyncCq, ConnWaiter, Woken};
 use crate::cm::link::CmLink;
 use crate::error::StickyError;
-use crate::verbs::WorkCompletion;
+use crate::verbs::{CompletionBatch, WorkCompletion};
 
 /// The slots of a [`SlotQueue`], behind its lock.
 #[derive(Debug)]
@@ -94,15 +94,15 @@ impl<R, H> SlotQueue<R, H> {
         slots: &mut Slots<R, H>,
         reap: &mut impl Reap<R, H>,
     ) -> io::Result<usize> {
-        let mut wcs = [WorkCompletion::EMPTY; 16];
+        let mut batch = CompletionBatch::<16>::new();
         let mut total = 0;
         loop {
-            let n = self.cq.try_poll(&mut wcs)?;
-            if n == 0 {
+            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            if wcs.is_empty() {
                 return Ok(total);
             }
-            total += n;
-            wcs[..n].iter().for_each(|wc| reap(slots, wc));
+            total += wcs.len();
+            wcs.iter().for_each(|wc| reap(slots, wc));
         }
     }
 
@@ -116,10 +116,11 @@ impl<R, H> SlotQueue<R, H> {
         link: Option<&CmLink>,
         reap: &mut impl Reap<R, H>,
     ) -> io::Result<()> {
-        let mut wcs = [WorkCompletion::EMPTY; 16];
-        match self.waiter.wait(&self.cq, link, &mut wcs).await {
+        let mut batch = CompletionBatch::<16>::new();
+        match self.waiter.wait(&self.cq, link, &mut batch).await {
             Woken::Completions(n) => {
-                wcs[..n?].iter().for_each(|wc| reap(slots, wc));
+                n?;
+                batch.as_slice().iter().for_each(|wc| reap(slots, wc));
                 Ok(())
             }
             Woken::Closed(closed) => closed,

@@ -13,10 +13,13 @@ pub struct StreamStats {
     pub post_send_calls: u64,
     /// Send completions polled. Unlike rsockets, which signals every send, only every
     /// 16th data write (fewer with a shallow send queue), the one that brings the unsignaled
-    /// writes to half the send ring, the one that fills the send queue or ring, and every
-    /// control message are signaled; a completion also completes the
-    /// unsignaled sends before it.
+    /// writes to half the send ring, the one that fills the send queue or ring, the credit
+    /// update that takes the last of the 4 control slots, and SHUTDOWN, DISCONNECT and
+    /// keepalives are signaled; a completion also completes the unsignaled sends before it.
     pub send_completions: u64,
+    /// Sends posted signaled: each produces one send completion, so while
+    /// `send_completions` is smaller a completion is still to come.
+    pub signaled_sends: u64,
     /// Receive completions polled (one per data or control message from the peer).
     pub recv_completions: u64,
     /// Application bytes written to the device.

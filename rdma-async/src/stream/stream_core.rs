@@ -40,8 +40,8 @@ use crate::proto::{
 };
 use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
-    Access, CmId, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer, Segment,
-    UserBuffer, WcStatus, WorkCompletion, WorkRequest,
+    Access, CmId, CompletionBatch, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer,
+    Segment, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
 };
 
 /// The queue pair's buffers, by index.
@@ -239,21 +239,21 @@ impl StreamCore {
         state: &mut CoreState,
         mut cx: Option<&mut Context<'_>>,
     ) -> Poll<io::Result<()>> {
-        let mut wcs = [WorkCompletion::EMPTY; BATCH];
+        let mut batch = CompletionBatch::<BATCH>::new();
         for _ in 0..PUMP_BATCHES {
             let coop = match cx.as_deref_mut() {
                 Some(cx) => Some(ready!(coop::poll_proceed(cx))),
                 None => None,
             };
-            let n = self.cq.try_poll(&mut wcs)?;
-            if n == 0 {
+            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            if wcs.is_empty() {
                 // Dropping `coop` unused gives the unit back.
                 return Poll::Ready(Ok(()));
             }
             if let Some(coop) = &coop {
                 coop.made_progress();
             }
-            self.handle(state, &wcs[..n])?;
+            self.handle(state, wcs)?;
         }
         Poll::Ready(Ok(()))
     }
@@ -270,13 +270,13 @@ impl StreamCore {
     /// Handles every completion in the queue, however many: only for the end of a
     /// connection, when nothing more arrives and the order of events must be settled.
     fn drain(&self, state: &mut CoreState) -> io::Result<()> {
-        let mut wcs = [WorkCompletion::EMPTY; BATCH];
+        let mut batch = CompletionBatch::<BATCH>::new();
         loop {
-            let n = self.cq.try_poll(&mut wcs)?;
-            if n == 0 {
+            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            if wcs.is_empty() {
                 return Ok(());
             }
-            self.handle(state, &wcs[..n])?;
+            self.handle(state, wcs)?;
         }
     }
 
@@ -388,7 +388,7 @@ impl StreamCore {
                     imm: cw.imm,
                 },
                 payload,
-                signaled: true,
+                signaled: cw.signaled,
             };
             if let Err(e) = self.qp.post(&req) {
                 state.post_failed = true;
@@ -396,6 +396,7 @@ impl StreamCore {
             }
             state.stats.control_writes += 1;
             state.stats.post_send_calls += 1;
+            state.stats.signaled_sends += u64::from(cw.signaled);
         }
         Ok(())
     }
@@ -462,6 +463,7 @@ impl StreamCore {
         }
         state.stats.data_writes += 1;
         state.stats.post_send_calls += 1;
+        state.stats.signaled_sends += u64::from(write.signaled);
         state.stats.bytes_sent += write.len as u64;
         Ok(())
     }
@@ -644,10 +646,10 @@ impl StreamCore {
         self.wakers[side as usize].register(waiter, cx.waker());
         // The registration wakes every waiter of the side, not only this task.
         let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
-        let mut wcs = [WorkCompletion::EMPTY; BATCH];
+        let mut batch = CompletionBatch::<BATCH>::new();
         let registration = &self.waiters[side as usize];
-        match ready!(registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut wcs)) {
-            Woken::Completions(Ok(n)) => Poll::Ready(self.handle(state, &wcs[..n])),
+        match ready!(registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch)) {
+            Woken::Completions(Ok(_)) => Poll::Ready(self.handle(state, batch.as_slice())),
             Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
             // Not an orderly close: readers get the removal, never EOF.
             Woken::Closed(Ok(())) if self.link.is_device_removed() => {
@@ -817,7 +819,10 @@ impl StreamCore {
     /// instead of waiting when nothing fits.
     fn write(&self, mut cx: Option<&mut Context<'_>>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
         let mut state = self.lock();
-        ready!(self.pump(&mut state, cx.as_deref_mut()))?;
+        // Like rsockets' rsend, completions are reaped only once the write cannot go on: a
+        // write that can post goes straight to the device (a 64 B round trip polled the queue
+        // for nothing here first).
+        let mut pumped = false;
         let mut written = 0;
         'bufs: for buf in bufs.iter().filter(|b| !b.is_empty()) {
             // rsockets ramps chunk sizes up from 2 KiB in every write call; we send the largest
@@ -834,6 +839,10 @@ impl StreamCore {
                         written += write.len;
                     }
                     Err(_) if written > 0 => break 'bufs,
+                    Err(_) if !pumped => {
+                        pumped = true;
+                        ready!(self.pump(&mut state, cx.as_deref_mut()))?;
+                    }
                     Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
                         Some(cx) => ready!(self.wait_to_write(&mut state, cx, Waiter::Poll))?,
                         None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),

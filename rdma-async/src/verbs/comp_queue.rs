@@ -11,6 +11,7 @@ use rdma_async_sys as sys;
 
 use super::async_fd::OwnsFd;
 use super::cm_id::CmId;
+use super::completion_batch::{CompletionBatch, MAX_POLL};
 use super::event_channel::set_nonblocking;
 use super::resource_limits::{
     COMPLETION_QUEUES, DeviceLimits, Memlock, Resource, completion_queue_error, injected_failure,
@@ -135,10 +136,24 @@ impl CompletionQueue {
         &self.channel
     }
 
-    /// Polls up to `out.len()` (at most 32) completions without blocking.
-    pub(crate) fn poll(&self, out: &mut [WorkCompletion]) -> io::Result<usize> {
-        let mut wcs = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; 32];
-        let max = out.len().min(wcs.len());
+    /// Polls up to `N` completions into `batch` (emptied first) without blocking, and returns
+    /// them.
+    pub(crate) fn poll_batch<'b, const N: usize>(
+        &self,
+        batch: &'b mut CompletionBatch<N>,
+    ) -> io::Result<&'b [WorkCompletion]> {
+        batch.clear();
+        self.poll_each(N, |wc| {
+            batch.push(wc);
+        })?;
+        Ok(batch.as_slice())
+    }
+
+    /// Polls up to `max` (at most [`MAX_POLL`]) completions and hands each to `put`, in order;
+    /// returns how many there were.
+    fn poll_each(&self, max: usize, mut put: impl FnMut(WorkCompletion)) -> io::Result<usize> {
+        let mut wcs = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; MAX_POLL];
+        let max = max.min(MAX_POLL);
         // SAFETY: the CQ is valid and `wcs` has room for `max` entries.
         let n =
             unsafe { sys::rdma_async_poll_cq(self.raw.as_ptr(), max as i32, wcs[0].as_mut_ptr()) };
@@ -146,9 +161,9 @@ impl CompletionQueue {
             return Err(error::call_error("ibv_poll_cq", -n));
         }
         let n = n as usize;
-        for (dst, src) in out.iter_mut().zip(&wcs[..n]) {
+        for src in &wcs[..n] {
             // SAFETY: ibv_poll_cq initialised the first `n` entries.
-            *dst = WorkCompletion::from_sys(unsafe { src.assume_init_ref() });
+            put(WorkCompletion::from_sys(unsafe { src.assume_init_ref() }));
         }
         Ok(n)
     }

@@ -24,9 +24,10 @@ fn options() -> RStreamOptions {
         .id_options(IdOptions::new().ack_timeout(14))
 }
 
-/// Writes until the peer's credits run out and every posted work request has completed: the
-/// writer is blocked with nothing in flight, the case where no transport retry can notice a
-/// dead peer by itself.
+/// Writes until the peer's credits run out and every signaled send has completed: the writer
+/// is blocked with nothing in flight (every 4 KiB write fills half the 8 KiB ring, so each is
+/// signaled, and an unsignaled credit update is done once a later send's completion is in),
+/// the case where no transport retry can notice a dead peer by itself.
 async fn fill_until_blocked(client: &RStream) -> usize {
     let chunk = vec![0xa5u8; 4096];
     let mut written = 0;
@@ -37,7 +38,7 @@ async fn fill_until_blocked(client: &RStream) -> usize {
                 Ok(n) => written += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     let stats = client.stats();
-                    if stats.send_completions == stats.post_send_calls {
+                    if stats.send_completions == stats.signaled_sends {
                         return;
                     }
                     tick.tick().await;

@@ -45,6 +45,7 @@ async fn write_counting(
     delta.control_writes = after.control_writes - before.control_writes;
     delta.post_send_calls = after.post_send_calls - before.post_send_calls;
     delta.send_completions = after.send_completions - before.send_completions;
+    delta.signaled_sends = after.signaled_sends - before.signaled_sends;
     Ok((calls, delta))
 }
 
@@ -76,7 +77,7 @@ async fn streaming_signals_at_most_one_send_in_eight() {
         let mut rest = Vec::new();
         reader.read_to_end(&mut rest).await?;
         assert!(rest.is_empty(), "{} bytes after the end", rest.len());
-        io::Result::Ok(())
+        io::Result::Ok(reader.stats())
     });
     // 32 MiB in 64 KiB writes: one chunk per call.
     let small = guard("32 MiB in 64 KiB writes", async {
@@ -88,12 +89,27 @@ async fn streaming_signals_at_most_one_send_in_eight() {
     let large = guard("8 MiB in 1 MiB writes", async {
         let large = write_counting(&mut writer, 2, LARGE_TOTAL, 1 << 20).await?;
         writer.shutdown().await?;
-        reading.await.expect("reader task")?;
-        io::Result::Ok(large)
+        let reader = reading.await.expect("reader task")?;
+        io::Result::Ok((large, reader))
     })
     .await
     .unwrap();
-    println!("64 KiB writes: {small:?}\n1 MiB writes: {large:?}");
+    let (large, reader) = large;
+    println!("64 KiB writes: {small:?}\n1 MiB writes: {large:?}\nreader: {reader:?}");
+
+    // The reader's only sends are credit and buffer updates: unsignaled but for the one that
+    // takes the last of the 4 control slots.
+    assert!(
+        reader.control_writes >= 32 && reader.data_writes == 0,
+        "the reader granted its ring in halves: {reader:?}"
+    );
+    assert!(
+        reader.signaled_sends * 4 <= reader.control_writes
+            && reader.send_completions <= reader.signaled_sends,
+        "{} signaled sends for {} control messages (more than 1 in 4): {reader:?}",
+        reader.signaled_sends,
+        reader.control_writes
+    );
 
     let (calls, s) = small;
     let messages = s.data_writes + s.control_writes;

@@ -386,7 +386,7 @@ impl Pair {
                 };
                 (
                     c.wr_id,
-                    true,
+                    c.signaled,
                     c.imm.map(|imm| Cqe::Recv {
                         imm: Some(imm),
                         byte_len,
@@ -480,10 +480,17 @@ impl Pair {
         let mut n = 0;
         while let Some(c) = self.sides[side].conn.poll_control() {
             self.sides[side].controls_posted.push(c);
-            self.sides[side].posted.push_back((c.wr_id, true));
+            self.sides[side].posted.push_back((c.wr_id, c.signaled));
             self.wires[side].push_back(Wr::Control(c));
             n += 1;
         }
+        // The signaling rule for control messages: one waiting for a slot has a completion
+        // coming that frees it.
+        let s = &self.sides[side];
+        assert!(
+            !s.conn.control_waiting_for_slot() || s.completion_pending(),
+            "a control message waits for a slot with no signaled send outstanding"
+        );
         n
     }
 
@@ -560,13 +567,20 @@ impl Pair {
 
     /// Whether some pending event could unblock a write of `side`: one of its signaled sends
     /// has not completed (its completion returns send-queue and send-ring space of it and of
-    /// every unsignaled send before it), a message to it is
-    /// on the wire or in its CQ, or the peer has a credit update due or unread data whose
-    /// reading will produce one. This is the "no lost wake-up" condition.
+    /// every unsignaled send before it), a message to it is on the wire or in its CQ, data of
+    /// its is on the wire to the peer (once read, it produces a credit update), or the peer has
+    /// a credit update due or unread data whose reading will produce one. This is the "no
+    /// lost wake-up" condition.
     pub(crate) fn write_wakeup_pending(&self, side: usize) -> bool {
         let me = &self.sides[side];
         let peer = &self.sides[1 - side];
         if me.completion_pending() || !me.cq.is_empty() || !self.wires[1 - side].is_empty() {
+            return true;
+        }
+        if self.wires[side]
+            .iter()
+            .any(|wr| matches!(wr, Wr::Data { .. }))
+        {
             return true;
         }
         if peer.conn.readable_segments().total() > 0 || !peer.cq.is_empty() {

@@ -233,3 +233,27 @@ proptest! {
         model.close();
     }
 }
+
+/// A case proptest found: the writer's own data, still on the wire, is what will bring the
+/// peer's next buffer grant (once the peer reads it), while none of its sends is signaled.
+#[test]
+fn a_writer_waiting_behind_its_own_data_on_the_wire_is_woken() {
+    let tiny = Config::new()
+        .with_sbuf_size(4096)
+        .with_rbuf_size(64)
+        .with_sq_size(16)
+        .with_rq_size(16)
+        .with_inline_size(0);
+    let mut model = Model::new(Config::new(), tiny);
+    for action in [
+        Action::Write { side: 1, len: 1 },
+        Action::Deliver { from: 1, n: 2 },
+        Action::Poll { side: 0, n: 2 },
+        Action::Write { side: 0, len: 289 },
+        Action::Poll { side: 1, n: 7 },
+    ] {
+        model.apply(&action);
+    }
+    model.drain();
+    model.close();
+}

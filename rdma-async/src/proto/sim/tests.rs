@@ -465,6 +465,8 @@ fn tiny_keepalive_does_nothing() {
     let before = pair.sides[1].recv_posted;
     let events = pair.sides[1].recv_events.len();
     pair.sides[0].conn.queue_keepalive();
+    // The first credit update, unsignaled, is still in flight: the keepalive completes it.
+    let in_flight = pair.sides[0].conn.control_in_flight();
     assert_eq!(pair.pump_control(0), 1);
     let k = *pair.sides[0].controls_posted.last().unwrap();
     assert_eq!(k.kind, ControlKind::Ctrl(CtrlCode::Keepalive));
@@ -472,7 +474,7 @@ fn tiny_keepalive_does_nothing() {
         (k.imm, k.payload, k.remote_addr, k.rkey),
         (None, None, 0, 0)
     );
-    assert_eq!(pair.sides[0].conn.control_in_flight(), 1);
+    assert_eq!(pair.sides[0].conn.control_in_flight(), in_flight + 1);
     pair.settle().unwrap();
     // The peer saw nothing: no receive consumed, no event; ours completed.
     assert_eq!(pair.sides[1].recv_posted, before);
@@ -530,12 +532,8 @@ fn control_slots_limit_control_messages() {
     assert_eq!(fifth.kind, ControlKind::Ctrl(CtrlCode::Keepalive));
     assert_eq!(fifth.ctrl_slot, 0);
     pair.settle().unwrap();
-    assert!(pair.sides[0].conn.all_sends_done());
-    let kinds: Vec<ControlKind> = pair.sides[0]
-        .controls_posted
-        .iter()
-        .map(|c| c.kind)
-        .collect();
+    let posted = &pair.sides[0].controls_posted;
+    let kinds: Vec<ControlKind> = posted.iter().map(|c| c.kind).collect();
     assert_eq!(kinds.len(), 6);
     assert_eq!(
         kinds[5],
@@ -544,4 +542,45 @@ fn control_slots_limit_control_messages() {
             limit: 384
         }
     );
+    // Keepalives are signaled; the credit update, which took a slot with others free, is not:
+    // it stays outstanding until a later signaled send completes it.
+    let signaled: Vec<bool> = posted.iter().map(|c| c.signaled).collect();
+    assert_eq!(signaled, [true, true, true, true, true, false]);
+    assert_eq!(pair.sides[0].conn.control_in_flight(), 1);
+    assert!(!pair.sides[0].conn.all_sends_done());
+    pair.sides[0].conn.shutdown_write();
+    pair.settle().unwrap();
+    assert!(pair.sides[0].conn.all_sends_done());
+    assert_eq!(pair.sides[0].conn.control_in_flight(), 0);
+}
+
+#[test]
+fn credit_updates_are_signaled_only_on_the_last_control_slot() {
+    let mut pair = Pair::new(Config::new(), Config::new());
+    pair.settle().unwrap();
+    // Side 1 only reads: its credit and buffer updates are its only sends. It reads 64 KiB at
+    // a time: each read of half its 128 KiB ring is due a buffer update.
+    let data = stream_bytes(0, 0, 64 << 10);
+    let mut updates = 0;
+    while pair.sides[1].conn.control_in_flight() < 4 {
+        assert_eq!(pair.app_write(0, &data).written, data.len());
+        pair.deliver_all(0);
+        pair.poll_cq(0, usize::MAX).unwrap();
+        pair.poll_cq(1, usize::MAX).unwrap();
+        assert_eq!(read_all(&mut pair, 1), data);
+        pair.deliver_all(1);
+        pair.poll_cq(0, usize::MAX).unwrap();
+        updates += 1;
+        assert!(updates < 16, "side 1 never filled its control slots");
+    }
+    let signaled: Vec<bool> = pair.sides[1]
+        .controls_posted
+        .iter()
+        .map(|c| c.signaled)
+        .collect();
+    assert_eq!(signaled, [false, false, false, true]);
+    // The signaled one's completion frees all four.
+    pair.settle().unwrap();
+    assert_eq!(pair.sides[1].conn.control_in_flight(), 0);
+    assert!(pair.sides[1].conn.all_sends_done());
 }
