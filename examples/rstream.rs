@@ -35,7 +35,9 @@
 //! Without `-T s` it uses rdma-async's `RStream`, which speaks rsockets' wire protocol, so it
 //! runs against the C tool over RDMA too (`scripts/compare` runs both, and TCP, in one table).
 //! With `RDMA_ASYNC_STATS=1` it prints what the stream cost per message sent (work requests,
-//! `ibv_post_send` calls, completions).
+//! `ibv_post_send` calls, completions). `RDMA_ASYNC_BUSY_POLL_US=N` sets the stream's busy-poll
+//! window to N µs (0: none), as C rsockets' `/etc/rdma/rsocket/polling_time` does for `rstream`
+//! (`scripts/count-instructions` turns both off).
 
 #[path = "rstream/exchange.rs"]
 mod exchange;

@@ -195,6 +195,13 @@ fn rdma_options(opts: &StreamOptions) -> rdma_async::stream::RStreamOptions {
     if let Some(inline) = opts.inline_size {
         options = options.inline_size(u32::try_from(inline).unwrap_or(u32::MAX));
     }
+    // RDMA_ASYNC_BUSY_POLL_US: see the example's documentation.
+    if let Some(us) = std::env::var("RDMA_ASYNC_BUSY_POLL_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        options = options.busy_poll(Duration::from_micros(us));
+    }
     if let Some(seconds) = opts.keepalive {
         options = options.keepalive(Duration::from_secs(u64::from(seconds)));
     }
