@@ -97,12 +97,29 @@ impl SideWakers {
 
     /// Wakes every task waiting on this side (each registers again if it still waits).
     pub(super) fn wake_all(&self) {
+        self.wake_all_but(None);
+    }
+
+    /// Wakes every task waiting on this side but the one `polling` wakes, if any: that task is
+    /// being polled now and looks at the side again itself, so it keeps its registrations and
+    /// is not polled again for nothing.
+    pub(super) fn wake_all_but(&self, polling: Option<&Waker>) {
         let (last_poll, futures) = {
             let mut waiting = self.lock();
-            (
-                waiting.last_poll.take(),
-                std::mem::take(&mut waiting.futures),
-            )
+            if waiting.last_poll.is_none() && waiting.futures.is_empty() {
+                return; // the common case on the data path: nobody waits on this side
+            }
+            let skip = |w: &Waker| polling.is_some_and(|p| w.will_wake(p));
+            let last_poll = match &waiting.last_poll {
+                Some(w) if skip(w) => None,
+                _ => waiting.last_poll.take(),
+            };
+            let futures: Vec<_> = if polling.is_none() || waiting.futures.is_empty() {
+                std::mem::take(&mut waiting.futures)
+            } else {
+                waiting.futures.extract_if(.., |(_, w)| !skip(w)).collect()
+            };
+            (last_poll, futures)
         };
         // Woken outside the lock: a waker may run code that registers again.
         if let Some(waker) = last_poll {
@@ -212,5 +229,24 @@ mod tests {
         assert_eq!(side.futures_waiting(), 1);
         side.wake_all();
         assert_eq!((woken(&a), woken(&b)), (0, 1));
+    }
+
+    #[test]
+    fn the_task_being_polled_is_not_woken_and_stays_registered() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        let (b, wb) = counter();
+        let mut ra = side.registration();
+        let mut rb = side.registration();
+        side.register(Waiter::Poll, &wa);
+        side.register(Waiter::Future(&mut ra), &wa);
+        side.register(Waiter::Future(&mut rb), &wb);
+        // Task `a` handles completions itself: only `b` is woken.
+        side.wake_all_but(Some(&wa));
+        assert_eq!((woken(&a), woken(&b)), (0, 1));
+        assert_eq!(side.futures_waiting(), 1, "a's future is still on the list");
+        // A later wake-up from elsewhere still reaches both of a's registrations.
+        side.wake_all();
+        assert_eq!((woken(&a), woken(&b)), (2, 1));
     }
 }

@@ -9,7 +9,11 @@ pub struct StreamStats {
     pub data_writes: u64,
     /// Control messages posted: credit and buffer grants, SHUTDOWN, DISCONNECT, keepalives.
     pub control_writes: u64,
-    /// `ibv_post_send` calls (one per work request: the rings post no chains).
+    /// Of the data writes, those whose bytes went inline (copied into the work request, not
+    /// read by the device from the send ring).
+    pub inline_writes: u64,
+    /// `ibv_post_send` calls. A write call posts its chunks, and the control messages due
+    /// with them, as one chain of work requests (up to 16, or 256 bytes of inline data).
     pub post_send_calls: u64,
     /// Send completions polled. Unlike rsockets, which signals every send, only every
     /// 16th data write (fewer with a shallow send queue), the one that brings the unsignaled

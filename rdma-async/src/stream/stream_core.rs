@@ -41,7 +41,7 @@ use crate::proto::{
 use crate::reactor::{AsyncCq, ConnWaiter, Woken};
 use crate::verbs::{
     Access, CmId, CompletionBatch, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer,
-    Segment, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
+    Segment, SendChain, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
 };
 
 /// The queue pair's buffers, by index.
@@ -233,11 +233,13 @@ impl StreamCore {
 
     /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
     /// batch spends a unit of the task's budget; once it is spent, this wakes the task and
-    /// returns `Pending`, leaving the rest queued for the next poll.
+    /// returns `Pending`, leaving the rest queued for the next poll. `reading`: the caller is
+    /// a read (or a wait for readability) that looks at the stream again after this.
     fn pump(
         &self,
         state: &mut CoreState,
         mut cx: Option<&mut Context<'_>>,
+        reading: bool,
     ) -> Poll<io::Result<()>> {
         let mut batch = CompletionBatch::<BATCH>::new();
         for _ in 0..PUMP_BATCHES {
@@ -253,7 +255,8 @@ impl StreamCore {
             if let Some(coop) = &coop {
                 coop.made_progress();
             }
-            self.handle(state, wcs)?;
+            let reader = cx.as_deref().filter(|_| reading).map(Context::waker);
+            self.handle(state, wcs, reader)?;
         }
         Poll::Ready(Ok(()))
     }
@@ -261,7 +264,7 @@ impl StreamCore {
     /// [`Self::pump`] for calls without a task context: at most [`PUMP_BATCHES`] batches.
     fn pump_some(&self, state: &mut CoreState) -> io::Result<()> {
         // Without a context there is no budget to wait for: this is always `Ready`.
-        match self.pump(state, None) {
+        match self.pump(state, None, false) {
             Poll::Ready(result) => result,
             Poll::Pending => Ok(()),
         }
@@ -276,7 +279,7 @@ impl StreamCore {
             if wcs.is_empty() {
                 return Ok(());
             }
-            self.handle(state, wcs)?;
+            self.handle(state, wcs, None)?;
         }
     }
 
@@ -286,10 +289,22 @@ impl StreamCore {
         }
     }
 
-    /// Handles a batch of completions. A receive that cannot be posted again ends the
-    /// connection, but the rest of the batch is still handled: those completions are out of
-    /// the queue, and the protocol's count of sends and receives must include them.
-    fn handle(&self, state: &mut CoreState, wcs: &[WorkCompletion]) -> io::Result<()> {
+    /// Handles a batch of completions and wakes the waiters of both sides. A receive that
+    /// cannot be posted again ends the connection, but the rest of the batch is still handled:
+    /// those completions are out of the queue, and the protocol's count of sends and receives
+    /// must include them.
+    ///
+    /// `reader`: the waker of the task reading now, which looks at the stream again before it
+    /// returns. It is not woken on the reading side (every reader waits for the same thing,
+    /// readable bytes, so it sees what the others would); waking it would only poll it again
+    /// for nothing, once per message of a ping-pong. On the writing side it is woken as any
+    /// other: it may wait there for something else, polled earlier in this same poll.
+    fn handle(
+        &self,
+        state: &mut CoreState,
+        wcs: &[WorkCompletion],
+        reader: Option<&Waker>,
+    ) -> io::Result<()> {
         let mut failed = None;
         for wc in wcs {
             if wc.wr_id & WR_ID_RECV_FLAG != 0 {
@@ -317,7 +332,8 @@ impl StreamCore {
             Some(e) => Err(e),
             None => self.post_controls(state),
         };
-        self.wake_all();
+        self.wakers[Side::Read as usize].wake_all_but(reader);
+        self.wakers[Side::Write as usize].wake_all();
         posted
     }
 
@@ -361,8 +377,16 @@ impl StreamCore {
         }
     }
 
-    /// Posts every control message the protocol has due (credits, buffer grants, CTRL).
+    /// Posts every control message the protocol has due (credits, buffer grants, CTRL), with
+    /// one `ibv_post_send`.
     fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
+        let mut chain = SendChain::new(&self.qp);
+        self.push_controls(state, &mut chain)?;
+        self.post_chain(state, &mut chain)
+    }
+
+    /// Adds every control message the protocol has due to `chain`.
+    fn push_controls(&self, state: &mut CoreState, chain: &mut SendChain<'_>) -> io::Result<()> {
         while let Some(cw) = state.conn.poll_control() {
             let segment;
             let bytes = cw.payload.unwrap_or_default();
@@ -390,15 +414,43 @@ impl StreamCore {
                 payload,
                 signaled: cw.signaled,
             };
-            if let Err(e) = self.qp.post(&req) {
-                state.post_failed = true;
-                return Err(self.fatal(state, e));
-            }
+            self.push(state, chain, &req)?;
             state.stats.control_writes += 1;
-            state.stats.post_send_calls += 1;
             state.stats.signaled_sends += u64::from(cw.signaled);
         }
         Ok(())
+    }
+
+    /// Adds `req` to `chain` (which posts what it holds first when full). Requests go to the
+    /// device in the order the protocol planned them, so nothing else may post while a chain
+    /// holds some. A failure ends the connection.
+    fn push(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+        req: &WorkRequest<'_>,
+    ) -> io::Result<()> {
+        let posts = chain.posts();
+        let pushed = chain.push(req);
+        state.stats.post_send_calls += chain.posts() - posts;
+        pushed.map_err(|e| {
+            state.post_failed = true;
+            self.fatal(state, e)
+        })
+    }
+
+    /// Posts what `chain` holds with one `ibv_post_send`; a failure ends the connection.
+    fn post_chain(&self, state: &mut CoreState, chain: &mut SendChain<'_>) -> io::Result<()> {
+        if chain.is_empty() {
+            return Ok(()); // most calls: nothing was due
+        }
+        let posts = chain.posts();
+        let posted = chain.post();
+        state.stats.post_send_calls += chain.posts() - posts;
+        posted.map_err(|e| {
+            state.post_failed = true;
+            self.fatal(state, e)
+        })
     }
 
     /// Records a local failure that broke the connection and returns it.
@@ -412,7 +464,15 @@ impl StreamCore {
         state.transport_error.record(err)
     }
 
-    fn post_data(&self, state: &mut CoreState, write: &DataWrite, src: &[u8]) -> io::Result<()> {
+    /// Copies `src` into the send ring (or sends it inline) as the data write `write`, added
+    /// to `chain`.
+    fn push_data(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+        write: &DataWrite,
+        src: &[u8],
+    ) -> io::Result<()> {
         let mut segments = [Segment {
             buffer: SBUF,
             offset: 0,
@@ -436,14 +496,15 @@ impl StreamCore {
             }
             Payload::Segments(&segments[..ring.len()])
         };
-        self.post_data_write(state, write, payload)
+        self.push_data_write(state, chain, write, payload)
     }
 
-    /// Posts the data write `write` (an RDMA write with its DATA immediate) from `payload`; a
-    /// failure ends the connection.
-    fn post_data_write(
+    /// Adds the data write `write` (an RDMA write with its DATA immediate) from `payload` to
+    /// `chain`; a failure ends the connection.
+    fn push_data_write(
         &self,
         state: &mut CoreState,
+        chain: &mut SendChain<'_>,
         write: &DataWrite,
         payload: Payload<'_>,
     ) -> io::Result<()> {
@@ -457,12 +518,9 @@ impl StreamCore {
             payload,
             signaled: write.signaled,
         };
-        if let Err(e) = self.qp.post(&req) {
-            state.post_failed = true;
-            return Err(self.fatal(state, e));
-        }
+        self.push(state, chain, &req)?;
         state.stats.data_writes += 1;
-        state.stats.post_send_calls += 1;
+        state.stats.inline_writes += u64::from(matches!(payload, Payload::Inline(_)));
         state.stats.signaled_sends += u64::from(write.signaled);
         state.stats.bytes_sent += write.len as u64;
         Ok(())
@@ -479,7 +537,7 @@ impl StreamCore {
         op: &mut RegionWrite,
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
-        ready!(self.pump(&mut state, Some(cx)))?;
+        ready!(self.pump(&mut state, Some(cx), false))?;
         loop {
             // A buffer the device is done with comes back first: the next chunks lend it
             // again, under a new id.
@@ -555,6 +613,7 @@ impl StreamCore {
         };
         let mut last_send = None;
         let mut call = WriteCall::largest();
+        let mut chain = SendChain::new(&self.qp);
         while op.remaining() > 0 {
             let write = match state.conn.prepare_external_write(&mut call, op.remaining()) {
                 Ok(write) => write,
@@ -573,7 +632,7 @@ impl StreamCore {
                 offset: op.start + op.done,
                 len: write.len,
             };
-            if let Err(e) = self.post_data_write(state, &write, payload) {
+            if let Err(e) = self.push_data_write(state, &mut chain, &write, payload) {
                 op.failure = Some(e);
                 break;
             }
@@ -582,7 +641,9 @@ impl StreamCore {
             op.done += write.len;
             last_send = Some(write.wr_id);
         }
-        let posted = self.post_controls(state);
+        let posted = self
+            .push_controls(state, &mut chain)
+            .and_then(|()| self.post_chain(state, &mut chain));
         match last_send {
             Some(last_send) => {
                 // The buffer's entry moves to the back: its last send is now the newest.
@@ -649,7 +710,10 @@ impl StreamCore {
         let mut batch = CompletionBatch::<BATCH>::new();
         let registration = &self.waiters[side as usize];
         match ready!(registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch)) {
-            Woken::Completions(Ok(_)) => Poll::Ready(self.handle(state, batch.as_slice())),
+            Woken::Completions(Ok(_)) => {
+                let reader = (side == Side::Read).then(|| cx.waker());
+                Poll::Ready(self.handle(state, batch.as_slice(), reader))
+            }
             Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
             // Not an orderly close: readers get the removal, never EOF.
             Woken::Closed(Ok(())) if self.link.is_device_removed() => {
@@ -725,7 +789,7 @@ impl StreamCore {
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            ready!(self.pump(&mut state, cx.as_deref_mut()))?;
+            ready!(self.pump(&mut state, cx.as_deref_mut(), true))?;
             match state.conn.read_status() {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
                 // Our own sends failed (not merely flushed): report that, not end-of-stream.
@@ -796,7 +860,7 @@ impl StreamCore {
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            ready!(self.pump(&mut state, Some(&mut *cx)))?;
+            ready!(self.pump(&mut state, Some(&mut *cx), side == Side::Read))?;
             let blocked = match side {
                 Side::Read => state.conn.read_status() == ReadStatus::Blocked,
                 Side::Write => matches!(state.conn.write_readiness(), Err(WriteError::Blocked(_))),
@@ -824,6 +888,10 @@ impl StreamCore {
         // for nothing here first).
         let mut pumped = false;
         let mut written = 0;
+        // Every chunk of the call, and the control messages due after them, go to the device
+        // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
+        // below, so the chain is empty whenever it does.
+        let mut chain = SendChain::new(&self.qp);
         'bufs: for buf in bufs.iter().filter(|b| !b.is_empty()) {
             // rsockets ramps chunk sizes up from 2 KiB in every write call; we send the largest
             // chunks at once (fewer work requests; the peer cannot tell the difference).
@@ -833,15 +901,16 @@ impl StreamCore {
                 match state.conn.prepare_write(&mut call, buf.len() - done) {
                     Ok(write) => {
                         let src = &buf[done..done + write.len];
-                        self.post_data(&mut state, &write, src)?;
+                        self.push_data(&mut state, &mut chain, &write, src)?;
                         state.write_probe.disarm();
                         done += write.len;
                         written += write.len;
                     }
                     Err(_) if written > 0 => break 'bufs,
                     Err(_) if !pumped => {
+                        debug_assert!(chain.is_empty(), "a write waits with chunks unposted");
                         pumped = true;
-                        ready!(self.pump(&mut state, cx.as_deref_mut()))?;
+                        ready!(self.pump(&mut state, cx.as_deref_mut(), false))?;
                     }
                     Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
                         Some(cx) => ready!(self.wait_to_write(&mut state, cx, Waiter::Poll))?,
@@ -854,7 +923,8 @@ impl StreamCore {
                 }
             }
         }
-        self.post_controls(&mut state)?;
+        self.push_controls(&mut state, &mut chain)?;
+        self.post_chain(&mut state, &mut chain)?;
         Poll::Ready(Ok(written))
     }
 
@@ -900,7 +970,7 @@ impl StreamCore {
             state.conn.shutdown_write();
         }
         loop {
-            ready!(self.pump(&mut state, Some(&mut *cx)))?;
+            ready!(self.pump(&mut state, Some(&mut *cx), false))?;
             self.post_controls(&mut state)?;
             if state.conn.all_sends_done() || state.conn.is_disconnected() {
                 return Poll::Ready(Ok(()));
@@ -943,18 +1013,31 @@ impl StreamCore {
         let mut state = self.lock();
         self.pump_some(&mut state)?;
         let mut sent = 0;
+        let mut chain = SendChain::new(&self.qp);
+        let mut refused = None;
         while sent < max {
             match state.conn.prepare_empty_write() {
                 Ok(write) => {
-                    self.post_data(&mut state, &write, &[])?;
+                    self.push_data(&mut state, &mut chain, &write, &[])?;
                     sent += 1;
                 }
                 Err(WriteError::Blocked(_)) => break,
-                Err(WriteError::Closed) => return Err(self.failure(&state, None)),
-                Err(WriteError::Failed(e)) => return Err(self.failure(&state, Some(e))),
+                Err(WriteError::Closed) => {
+                    refused = Some(self.failure(&state, None));
+                    break;
+                }
+                Err(WriteError::Failed(e)) => {
+                    refused = Some(self.failure(&state, Some(e)));
+                    break;
+                }
             }
         }
-        self.post_controls(&mut state)?;
+        // What was planned is posted either way: the protocol counts it as sent.
+        self.push_controls(&mut state, &mut chain)?;
+        self.post_chain(&mut state, &mut chain)?;
+        if let Some(e) = refused {
+            return Err(e);
+        }
         Ok(sent)
     }
 
@@ -1004,7 +1087,7 @@ impl StreamCore {
         std::future::poll_fn(|cx| {
             let mut state = self.lock();
             loop {
-                match self.pump(&mut state, Some(&mut *cx)) {
+                match self.pump(&mut state, Some(&mut *cx), false) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(_)) => return Poll::Ready(()),
                     Poll::Pending => return Poll::Pending,

@@ -29,6 +29,7 @@ mod protection_domain;
 mod qp_attr;
 mod queue_pair;
 mod resource_limits;
+mod send_chain;
 mod shared_recv_queue;
 mod sockaddr;
 mod ud_queue_pair;
@@ -54,6 +55,7 @@ pub(crate) use queue_pair::{MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, Work
 #[cfg(feature = "test-hooks")]
 pub use resource_limits::Resource;
 pub(crate) use resource_limits::ResourceError;
+pub(crate) use send_chain::SendChain;
 pub(crate) use user_buffer::{SlabSlice, SliceHome, UserBuffer};
 // `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
 pub use foreign_memory::ForeignMemory;

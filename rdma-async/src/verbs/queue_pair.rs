@@ -29,6 +29,7 @@ use super::comp_queue::CompletionQueue;
 use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::memory::RegisteredBuffer;
 use super::protection_domain::ProtectionDomain;
+use super::send_chain::SendChain;
 use super::shared_recv_queue::SharedRecvQueue;
 use super::user_buffer::UserBuffer;
 use crate::error;
@@ -296,16 +297,19 @@ impl<M> RcQueuePair<M> {
         self.qp_num
     }
 
-    /// Posts `wr` (with its scatter/gather list) to the send queue.
+    /// Posts `wr` (with its scatter/gather list, and the requests chained after it through
+    /// `next`) to the send queue.
     ///
     /// # Safety
     ///
-    /// Every entry of `wr`'s list points into memory that stays allocated and registered until
-    /// the request's completion is polled or the queue pair is destroyed, whichever is first; an
-    /// inline entry, which the provider copies during this call, need only be valid for the call
-    /// and within the queue pair's inline limit. Remote addresses may be anything: the device
+    /// Every request of the chain is initialised, and every entry of each request's list points
+    /// into memory that stays allocated and registered until the request's completion is polled
+    /// or the queue pair is destroyed, whichever is first; an inline entry, which the provider
+    /// copies during this call, need only be valid for the call and within the queue pair's
+    /// inline limit. Remote addresses may be anything: the device
     /// reaches the peer's memory only through the peer's rkey.
-    unsafe fn post_send_wr(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
+    #[inline]
+    pub(super) unsafe fn post_send_wr(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
         let mut bad = ptr::null_mut();
         // SAFETY: the QP is live while `with_qp` runs; the caller vouches for the memory `wr`
         // names.
@@ -404,7 +408,7 @@ impl OwnedBufferQueuePair {
     }
 
     /// The gather entry for `len` bytes at `offset` of lent buffer `id`, after checking them.
-    fn lent_sge(&self, id: u64, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
+    pub(super) fn lent_sge(&self, id: u64, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
         self.with_lent(id, |buffer| buffer.registered().sge(offset, len))
     }
 
@@ -422,7 +426,7 @@ impl OwnedBufferQueuePair {
     }
 
     /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
-    fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
+    pub(super) fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
         self.memory
             .fixed
             .get(segment.buffer)
@@ -434,59 +438,9 @@ impl OwnedBufferQueuePair {
 
     /// Posts one work request to the send queue.
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let mut sges = [NO_SGE; MAX_SEGMENTS];
-        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
-        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = req.wr_id;
-        let num_sge = match req.payload {
-            Payload::Empty => 0,
-            Payload::Segments(segments) => {
-                if segments.len() > MAX_SEGMENTS {
-                    return Err(error::invalid_input("too many gather segments"));
-                }
-                for (sge, seg) in sges.iter_mut().zip(segments) {
-                    *sge = self.sge(*seg)?;
-                }
-                segments.len()
-            }
-            Payload::Lent { id, offset, len } => {
-                sges[0] = self.lent_sge(id, offset, len)?;
-                1
-            }
-            Payload::Inline(bytes) => {
-                // The device must copy the bytes while posting: a longer "inline" request would
-                // leave it reading `bytes` after this call returned.
-                if bytes.len() > self.max_inline_data as usize {
-                    return Err(error::invalid_input(format!(
-                        "{} bytes exceed the queue pair's inline limit of {}",
-                        bytes.len(),
-                        self.max_inline_data
-                    )));
-                }
-                let length = u32::try_from(bytes.len())
-                    .map_err(|_| error::invalid_input("inline too long"))?;
-                sges[0] = sys::ibv_sge {
-                    addr: bytes.as_ptr() as u64,
-                    length,
-                    lkey: 0,
-                };
-                wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
-                usize::from(!bytes.is_empty())
-            }
-        };
-        wr.sg_list = sges.as_mut_ptr();
-        wr.num_sge = num_sge as i32;
-        set_opcode(&mut wr, req.opcode);
-        if req.signaled {
-            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
-        }
-        // SAFETY: gather entries cover checked ranges of buffers this QP owns, which stay
-        // allocated and registered until after the QP is destroyed in Drop (a lent buffer stays
-        // in `memory.lent` until its owner reclaims it after the completion covering this
-        // request was polled); an inline payload is
-        // copied by the provider during this call (its length was checked against the QP's
-        // inline limit).
-        unsafe { self.post_send_wr(&mut wr) }
+        let mut chain = SendChain::new(self);
+        chain.push(req)?;
+        chain.post()
     }
 
     /// Posts a receive into `segment`, or with no buffer (for RDMA writes with immediate,
@@ -743,7 +697,7 @@ fn hold_and_post(
 }
 
 /// Sets the opcode, its remote address and key or atomic operands, and the immediate data.
-fn set_opcode(wr: &mut sys::ibv_send_wr, opcode: Opcode) {
+pub(super) fn set_opcode(wr: &mut sys::ibv_send_wr, opcode: Opcode) {
     let imm = match opcode {
         Opcode::Send { imm } => {
             wr.opcode = if imm.is_some() {
