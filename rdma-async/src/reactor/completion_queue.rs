@@ -12,6 +12,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
@@ -34,6 +35,8 @@ pub(crate) struct AsyncCq {
     spin: SpinPolicy,
     /// Whether an arm is outstanding.
     arm: ArmState,
+    /// Busy-poll windows ended early because another thread waited for the caller's lock.
+    spins_yielded: AtomicU64,
     /// Test hook: the next wait fails as if polling the queue had failed.
     #[cfg(feature = "test-hooks")]
     fail_next_poll: std::sync::atomic::AtomicBool,
@@ -49,6 +52,7 @@ impl AsyncCq {
             cq,
             spin,
             arm: ArmState::default(),
+            spins_yielded: AtomicU64::new(0),
             #[cfg(feature = "test-hooks")]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
         }
@@ -103,8 +107,18 @@ impl AsyncCq {
         self.cq.poll_batch(batch)
     }
 
+    /// Busy-poll windows ended early because a thread waited for the caller's lock.
+    pub(crate) fn spins_yielded(&self) -> u64 {
+        self.spins_yielded.load(Ordering::Relaxed)
+    }
+
     /// Waits until at least one completion is available and polls up to `N` of them into
     /// `out`; returns how many.
+    ///
+    /// `lock_waiters`: how many threads wait for a lock the caller holds while it waits here
+    /// (a stream's state). The busy-poll window ends as soon as there is one: spinning would
+    /// keep that thread, and the task behind it, blocked for the rest of the window, when the
+    /// caller can as well sleep until the completion comes.
     ///
     /// Cancel safety: completions are only taken from the queue when this returns `Ready`.
     pub(crate) fn poll_completions<const N: usize>(
@@ -112,6 +126,7 @@ impl AsyncCq {
         waiter: &FdWaiter,
         cx: &mut Context<'_>,
         out: &mut CompletionBatch<N>,
+        lock_waiters: Option<&AtomicU32>,
     ) -> Poll<io::Result<usize>> {
         let coop = ready!(coop::poll_proceed(cx));
         #[cfg(feature = "test-hooks")]
@@ -123,7 +138,7 @@ impl AsyncCq {
                 "ibv_poll_cq failed (injected by a test hook)",
             )));
         }
-        let n = self.poll_busy(out)?;
+        let n = self.poll_busy(out, lock_waiters)?;
         if n > 0 {
             coop.made_progress();
             return Poll::Ready(Ok(n));
@@ -163,8 +178,13 @@ impl AsyncCq {
     }
 
     /// Polls the queue, spinning for at most the busy-poll window while it is empty (unless
-    /// recent windows ended empty; the window adapts: [`SpinPolicy`]).
-    fn poll_busy<const N: usize>(&self, out: &mut CompletionBatch<N>) -> io::Result<usize> {
+    /// recent windows ended empty; the window adapts: [`SpinPolicy`]) and nobody waits in
+    /// `lock_waiters`. A window cut short that way tells the policy nothing.
+    fn poll_busy<const N: usize>(
+        &self,
+        out: &mut CompletionBatch<N>,
+        lock_waiters: Option<&AtomicU32>,
+    ) -> io::Result<usize> {
         let n = self.cq.poll_batch(out)?.len();
         if n > 0 {
             self.spin.record_late();
@@ -181,6 +201,10 @@ impl AsyncCq {
             if n > 0 {
                 self.spin.record_found();
                 return Ok(n);
+            }
+            if lock_waiters.is_some_and(|w| w.load(Ordering::Relaxed) > 0) {
+                self.spins_yielded.fetch_add(1, Ordering::Relaxed);
+                return Ok(0);
             }
             // The clock is read every few polls only: where it is slow to read (an emulated
             // HPET costs microseconds), reading it each time would be most of the window.

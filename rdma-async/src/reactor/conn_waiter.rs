@@ -2,6 +2,7 @@
 
 use std::future::poll_fn;
 use std::io;
+use std::sync::atomic::AtomicU32;
 use std::task::{Context, Poll};
 
 use super::{AsyncCq, FdWaiter};
@@ -44,6 +45,8 @@ impl ConnWaiter {
     /// handled before the disconnect is. `link` must be the connection this waiter was made for;
     /// passing `None` stops watching it (once its close was handled).
     ///
+    /// `lock_waiters` cuts the busy-poll window short ([`AsyncCq::poll_completions`]).
+    ///
     /// Cancel safety: completions are taken only when returned; CM events read are recorded.
     pub(crate) fn poll_wait<const N: usize>(
         &self,
@@ -51,8 +54,9 @@ impl ConnWaiter {
         link: Option<&CmLink>,
         cx: &mut Context<'_>,
         out: &mut CompletionBatch<N>,
+        lock_waiters: Option<&AtomicU32>,
     ) -> Poll<Woken> {
-        if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out) {
+        if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out, lock_waiters) {
             return Poll::Ready(Woken::Completions(polled));
         }
         match (link, &self.cm) {
@@ -68,6 +72,6 @@ impl ConnWaiter {
         link: Option<&CmLink>,
         out: &mut CompletionBatch<N>,
     ) -> Woken {
-        poll_fn(|cx| self.poll_wait(cq, link, cx, out)).await
+        poll_fn(|cx| self.poll_wait(cq, link, cx, out, None)).await
     }
 }

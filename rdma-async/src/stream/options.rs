@@ -103,7 +103,10 @@ impl RStreamOptions {
     /// `time` is spun through, not slept through), and one later than 8 × `time` sets it back.
     /// After two or more windows in a row ended empty, the next waits skip it (1, 3, 7, ... up
     /// to 63 of them), so many connections that each wait longer than the window do not spin
-    /// the thread for nothing; a window that finds a completion restores it.
+    /// the thread for nothing; a window that finds a completion restores it. A window also
+    /// ends as soon as another thread waits for the stream (its other half, used from another
+    /// worker): the spinning task holds the stream's lock, so it sleeps until its completion
+    /// instead of keeping that thread blocked (`StreamStats::busy_polls_yielded` counts these).
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
         self

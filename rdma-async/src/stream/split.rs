@@ -11,6 +11,7 @@ use std::task::{Context, Poll};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::rstream::{Inner, RStream};
+use super::stats::StreamStats;
 
 /// Gathers `IoSlice`s for the core.
 fn slices<'a>(bufs: &'a [io::IoSlice<'a>]) -> Vec<&'a [u8]> {
@@ -191,6 +192,11 @@ macro_rules! read_half_methods {
         pub fn local_addr(&self) -> io::Result<SocketAddr> {
             self.shared().local_addr()
         }
+
+        /// As [`RStream::stats`]: the whole stream's counters, both directions.
+        pub fn stats(&self) -> StreamStats {
+            self.shared().core().stats()
+        }
     };
 }
 
@@ -217,6 +223,11 @@ macro_rules! write_half_methods {
         /// As [`RStream::try_write`].
         pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
             self.shared().core().try_write(&[buf])
+        }
+
+        /// As [`RStream::stats`]: the whole stream's counters, both directions.
+        pub fn stats(&self) -> StreamStats {
+            self.shared().core().stats()
         }
 
         /// The peer's address.

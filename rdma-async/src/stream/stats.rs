@@ -36,4 +36,8 @@ pub struct StreamStats {
     /// Probes sent while a writer waited for the peer's credits (counted in `control_writes`
     /// too): one per second of waiting, so a dead peer is noticed even without keepalive.
     pub write_probes: u64,
+    /// Busy-poll windows a waiting task ended early because another thread wanted the
+    /// stream's lock (the other half of a split stream on another worker): the task sleeps
+    /// until its completion instead, and the other thread goes on at once.
+    pub busy_polls_yielded: u64,
 }

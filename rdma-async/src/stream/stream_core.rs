@@ -20,7 +20,8 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::{Context, Poll, Waker, ready};
 
 use tokio::io::ReadBuf;
@@ -183,6 +184,9 @@ pub(super) struct StreamCore {
     /// What each side's registration and timers wake: every task waiting on that side.
     side_wakers: [Waker; 2],
     state: Mutex<CoreState>,
+    /// Threads blocked on `state`: a task that busy-polls while holding it stops spinning
+    /// when there is one (the other half of a split stream, on another worker, wants to go on).
+    lock_waiters: AtomicU32,
 }
 
 impl StreamCore {
@@ -209,6 +213,7 @@ impl StreamCore {
                 abandoned: HashSet::new(),
                 post_failed: false,
             }),
+            lock_waiters: AtomicU32::new(0),
         };
         // The first SGL update (the second half of our ring) goes out at once.
         let mut state = core.lock();
@@ -228,7 +233,17 @@ impl StreamCore {
 
     fn lock(&self) -> MutexGuard<'_, CoreState> {
         // Every update keeps the state consistent before anything that could panic.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Counted while blocked, so that a holder spinning in `wait` lets go soon.
+                self.lock_waiters.fetch_add(1, Ordering::Relaxed);
+                let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                self.lock_waiters.fetch_sub(1, Ordering::Relaxed);
+                state
+            }
+        }
     }
 
     /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
@@ -709,7 +724,14 @@ impl StreamCore {
         let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
         let mut batch = CompletionBatch::<BATCH>::new();
         let registration = &self.waiters[side as usize];
-        match ready!(registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch)) {
+        let polled = registration.poll_wait(
+            &self.cq,
+            Some(&self.link),
+            &mut side_cx,
+            &mut batch,
+            Some(&self.lock_waiters),
+        );
+        match ready!(polled) {
             Woken::Completions(Ok(_)) => {
                 let reader = (side == Side::Read).then(|| cx.waker());
                 Poll::Ready(self.handle(state, batch.as_slice(), reader))
@@ -1057,7 +1079,9 @@ impl StreamCore {
     }
 
     pub(super) fn stats(&self) -> StreamStats {
-        self.lock().stats
+        let mut stats = self.lock().stats;
+        stats.busy_polls_yielded = self.cq.spins_yielded();
+        stats
     }
 
     /// Queues rsockets' SHUTDOWN without waiting for it (dropping a write half).

@@ -174,3 +174,40 @@ async fn connects_over_ipv6() {
     assert_eq!(&back, b"six!");
     guard("server", server).await.unwrap().unwrap();
 }
+
+/// A reader that busy-polls holds the stream's lock while it spins. The writing half, on
+/// another worker, must not wait out the reader's window: the reader stops spinning once the
+/// writer wants the lock (it sleeps until its completion instead). With a one-second window,
+/// every write that finds the reader spinning ends a window early, and the count shows it.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spinning_reader_lets_the_writing_half_go_on() {
+    let options = RStreamOptions::new().busy_poll(std::time::Duration::from_secs(1));
+    let (mut server, client) = stream_pair(options).await;
+    let (mut rd, mut wr) = client.into_split();
+    // The server sends nothing until the end, so the reader waits, spinning, meanwhile.
+    let reading = tokio::spawn(async move {
+        let mut byte = [0u8; 1];
+        rd.read_exact(&mut byte).await.map(|_| byte[0])
+    });
+    let written = guard("writes until one finds the reader spinning", async {
+        let mut written = 0usize;
+        while wr.stats().busy_polls_yielded == 0 {
+            wr.write_all(&[7]).await?;
+            written += 1;
+        }
+        io::Result::Ok(written)
+    })
+    .await
+    .unwrap();
+    let mut got = vec![0u8; written];
+    guard("the server reads the writes", server.read_exact(&mut got))
+        .await
+        .unwrap();
+    assert!(got.iter().all(|&b| b == 7), "the bytes arrived intact");
+    server.write_all(&[9]).await.unwrap();
+    let byte = guard("the reader gets the server's byte", reading)
+        .await
+        .expect("reader task")
+        .unwrap();
+    assert_eq!(byte, 9);
+}
