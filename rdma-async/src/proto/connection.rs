@@ -441,18 +441,25 @@ impl Connection {
 
     // ---- control messages ----------------------------------------------------------------
 
+    /// Whether a control message is due (a CTRL message, credits or a buffer grant), free
+    /// control slot or not: [`Self::poll_control`] has nothing to give without one, and the
+    /// data path asks this first, as most calls find nothing due.
+    #[inline]
+    pub(crate) fn control_wanted(&self) -> bool {
+        // After our DISCONNECT the peer will not send again; credits would be wasted.
+        self.state.connected
+            && (self.control.has_pending()
+                || (!self.control.disconnect_queued() && self.receiver.credit_update_due()))
+    }
+
     /// The next control message to post, if one is due and a control slot is free. Call it
     /// after every `handle_*`, `consume` and `shutdown_write`/`close` until it returns `None`.
     pub(crate) fn poll_control(&mut self) -> Option<ControlWrite> {
-        if !self.state.connected || !self.control.slot_free() {
+        if !self.control_wanted() || !self.control.slot_free() {
             return None;
         }
         if let Some(code) = self.control.pop_pending() {
             return Some(self.plan_ctrl(code));
-        }
-        // After our DISCONNECT the peer will not send again; credits would be wasted.
-        if self.control.disconnect_queued() || !self.receiver.credit_update_due() {
-            return None;
         }
         let (kind, payload, remote_addr, rkey, imm) = match self.receiver.take_credit_update() {
             CreditUpdate::Sgl {

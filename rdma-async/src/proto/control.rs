@@ -22,6 +22,7 @@ pub(crate) struct Control {
 
 impl Control {
     /// Whether a control message may be posted now.
+    #[inline]
     pub(crate) fn slot_free(&self) -> bool {
         self.in_flight < RS_QP_CTRL_SIZE
     }
@@ -62,6 +63,7 @@ impl Control {
     }
 
     /// Whether a CTRL message is waiting for a slot.
+    #[inline]
     pub(crate) fn has_pending(&self) -> bool {
         !self.pending.is_empty()
     }
@@ -72,6 +74,7 @@ impl Control {
     }
 
     /// Whether we have queued (or sent) a DISCONNECT: from then on no credits are sent.
+    #[inline]
     pub(crate) fn disconnect_queued(&self) -> bool {
         self.disconnect_queued
     }

@@ -221,6 +221,7 @@ impl Receiver {
     /// Whether the next SGL update may go out: half a ring is free, we know the peer's SGL,
     /// and the slot it lands in no longer holds a buffer the peer has not filled (the
     /// "never overwrite a slot early" invariant, §2.5).
+    #[inline]
     fn sgl_update_possible(&self) -> bool {
         self.rbuf_bytes_avail >= self.half
             && self.peer_sgl.is_some()
@@ -229,6 +230,7 @@ impl Receiver {
 
     /// C's `rs_give_credits` without the control-slot and state conditions (the connection
     /// checks those).
+    #[inline]
     pub(crate) fn credit_update_due(&self) -> bool {
         self.sgl_update_possible() || (self.rseq_no.wrapping_sub(self.rseq_comp) as i16) >= 0
     }

@@ -10,13 +10,21 @@
 //! side, the most recent; each pending `readable()`/`writable()` future keeps its own until it
 //! is woken or dropped.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Wake, Waker};
+
+use super::stream_core::Side;
 
 /// The tasks waiting on one side of a stream.
 #[derive(Debug, Default)]
 pub(super) struct SideWakers {
     waiting: Mutex<Waiting>,
+    /// False only while nobody is registered, so that a wake-up with nobody to wake (most of
+    /// them on the data path) skips the lock. Set under the lock by every registration, which
+    /// comes before the registrant looks at the stream again (under the stream's lock, the
+    /// same one a waking handler holds), so a wake-up meant for it always sees it set.
+    maybe_waiting: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -44,7 +52,35 @@ pub(super) enum Waiter<'r, 'a> {
     Future(&'r mut Registration<'a>),
 }
 
+/// How a task handling completions reads the stream, if it does: it looks at the reading side
+/// again itself after handling them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Reading {
+    /// Not reading (writing, flushing, shutting down).
+    No,
+    /// Through a poll function (`poll_read`, `poll_read_ready`, `try_read`).
+    PollFn,
+    /// Through a readiness future.
+    Future,
+}
+
+/// The task being polled while it handles completions, and how it reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Polling<'w> {
+    pub(super) waker: &'w Waker,
+    pub(super) reading: Reading,
+}
+
 impl<'a> Waiter<'_, 'a> {
+    /// How this waiter reads when it waits on `side`.
+    pub(super) fn reading_on(&self, side: Side) -> Reading {
+        match (side, self) {
+            (Side::Write, _) => Reading::No,
+            (Side::Read, Waiter::Poll) => Reading::PollFn,
+            (Side::Read, Waiter::Future(_)) => Reading::Future,
+        }
+    }
+
     /// The same waiter for one more call.
     pub(super) fn reborrow(&mut self) -> Waiter<'_, 'a> {
         match self {
@@ -71,6 +107,7 @@ impl SideWakers {
     /// Keeps `waker` until the next wake-up of this side.
     pub(super) fn register(&self, waiter: Waiter<'_, '_>, waker: &Waker) {
         let mut waiting = self.lock();
+        self.maybe_waiting.store(true, Ordering::Release);
         match waiter {
             Waiter::Poll => {
                 if !waiting
@@ -101,17 +138,36 @@ impl SideWakers {
     }
 
     /// Wakes every task waiting on this side but the one `polling` wakes, if any: that task is
-    /// being polled now and looks at the side again itself, so it keeps its registrations and
-    /// is not polled again for nothing.
-    pub(super) fn wake_all_but(&self, polling: Option<&Waker>) {
+    /// being polled now and looks at the side again itself, so it is not polled again for
+    /// nothing. When it reads through a poll function, the poll-function registration with its
+    /// waker goes (that call registers again if it goes on waiting, replacing it), so that the
+    /// next wake-up with nobody else waiting skips the lock; otherwise it stays, as do its
+    /// readiness futures': those may be left pending while the task returns.
+    #[inline]
+    pub(super) fn wake_all_but(&self, polling: Option<Polling<'_>>) {
+        // The common case on the data path, nobody waiting on this side, costs a load: the
+        // rest (with its stack frame) is out of line.
+        if self.maybe_waiting.load(Ordering::Acquire) {
+            self.wake_registered_but(polling);
+        }
+    }
+
+    #[inline(never)]
+    fn wake_registered_but(&self, polling: Option<Polling<'_>>) {
         let (last_poll, futures) = {
             let mut waiting = self.lock();
             if waiting.last_poll.is_none() && waiting.futures.is_empty() {
-                return; // the common case on the data path: nobody waits on this side
+                self.maybe_waiting.store(false, Ordering::Release);
+                return;
             }
-            let skip = |w: &Waker| polling.is_some_and(|p| w.will_wake(p));
+            let skip = |w: &Waker| polling.is_some_and(|p| w.will_wake(p.waker));
             let last_poll = match &waiting.last_poll {
-                Some(w) if skip(w) => None,
+                Some(w) if skip(w) => {
+                    if polling.is_some_and(|p| p.reading == Reading::PollFn) {
+                        waiting.last_poll = None;
+                    }
+                    None
+                }
                 _ => waiting.last_poll.take(),
             };
             let futures: Vec<_> = if polling.is_none() || waiting.futures.is_empty() {
@@ -119,6 +175,9 @@ impl SideWakers {
             } else {
                 waiting.futures.extract_if(.., |(_, w)| !skip(w)).collect()
             };
+            if waiting.last_poll.is_none() && waiting.futures.is_empty() {
+                self.maybe_waiting.store(false, Ordering::Release);
+            }
             (last_poll, futures)
         };
         // Woken outside the lock: a waker may run code that registers again.
@@ -203,6 +262,23 @@ mod tests {
     }
 
     #[test]
+    fn a_task_registering_after_the_side_emptied_is_woken() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        // Nobody waits: a wake-up finds nothing (and lets the next ones skip the lock).
+        side.wake_all();
+        side.register(Waiter::Poll, &wa);
+        side.wake_all();
+        assert_eq!(woken(&a), 1);
+        // Woken and gone: the next wake-up reaches nobody until it registers again.
+        side.wake_all();
+        assert_eq!(woken(&a), 1);
+        side.register(Waiter::Poll, &wa);
+        side.wake_all_but(None);
+        assert_eq!(woken(&a), 2);
+    }
+
+    #[test]
     fn poll_functions_keep_only_the_last_waker() {
         let side = Arc::new(SideWakers::default());
         let (a, wa) = counter();
@@ -232,7 +308,7 @@ mod tests {
     }
 
     #[test]
-    fn the_task_being_polled_is_not_woken_and_stays_registered() {
+    fn the_task_being_polled_is_not_woken_and_its_futures_stay_registered() {
         let side = Arc::new(SideWakers::default());
         let (a, wa) = counter();
         let (b, wb) = counter();
@@ -241,12 +317,37 @@ mod tests {
         side.register(Waiter::Poll, &wa);
         side.register(Waiter::Future(&mut ra), &wa);
         side.register(Waiter::Future(&mut rb), &wb);
-        // Task `a` handles completions itself: only `b` is woken.
-        side.wake_all_but(Some(&wa));
+        // Task `a` handles completions itself in a poll function: only `b` is woken.
+        let polling = Polling {
+            waker: &wa,
+            reading: Reading::PollFn,
+        };
+        side.wake_all_but(Some(polling));
         assert_eq!((woken(&a), woken(&b)), (0, 1));
         assert_eq!(side.futures_waiting(), 1, "a's future is still on the list");
-        // A later wake-up from elsewhere still reaches both of a's registrations.
+        // A later wake-up from elsewhere reaches a's future; its poll registration went with
+        // the wake-up it handled itself (it registers again when it waits again).
+        side.wake_all();
+        assert_eq!((woken(&a), woken(&b)), (1, 1));
+        side.register(Waiter::Poll, &wa);
         side.wake_all();
         assert_eq!((woken(&a), woken(&b)), (2, 1));
+    }
+
+    #[test]
+    fn a_task_reading_through_a_future_keeps_its_poll_registration() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        side.register(Waiter::Poll, &wa);
+        // The same task handles completions in a readiness future: a poll-function call of
+        // it may still be pending, so its registration stays for the next wake-up.
+        let polling = Polling {
+            waker: &wa,
+            reading: Reading::Future,
+        };
+        side.wake_all_but(Some(polling));
+        assert_eq!(woken(&a), 0);
+        side.wake_all();
+        assert_eq!(woken(&a), 1);
     }
 }

@@ -29,7 +29,7 @@ use tokio::task::coop;
 
 use super::options::RStreamOptions;
 use super::region_write::{LentBuffer, RegionWrite};
-use super::side_wakers::{SideWakers, Waiter};
+use super::side_wakers::{Polling, Reading, SideWakers, Waiter};
 use super::stats::StreamStats;
 use super::write_probe::WriteProbe;
 use crate::cm::link::CmLink;
@@ -248,13 +248,13 @@ impl StreamCore {
 
     /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
     /// batch spends a unit of the task's budget; once it is spent, this wakes the task and
-    /// returns `Pending`, leaving the rest queued for the next poll. `reading`: the caller is
-    /// a read (or a wait for readability) that looks at the stream again after this.
+    /// returns `Pending`, leaving the rest queued for the next poll. `reading`: whether (and how)
+    /// the caller reads (or waits for readability): it looks at the stream again after this.
     fn pump(
         &self,
         state: &mut CoreState,
         mut cx: Option<&mut Context<'_>>,
-        reading: bool,
+        reading: Reading,
     ) -> Poll<io::Result<()>> {
         let mut batch = CompletionBatch::<BATCH>::new();
         for _ in 0..PUMP_BATCHES {
@@ -270,8 +270,21 @@ impl StreamCore {
             if let Some(coop) = &coop {
                 coop.made_progress();
             }
-            let reader = cx.as_deref().filter(|_| reading).map(Context::waker);
+            let reader = cx
+                .as_deref()
+                .filter(|_| reading != Reading::No)
+                .map(|cx| Polling {
+                    waker: cx.waker(),
+                    reading,
+                });
+            let drained = wcs.len() < BATCH;
             self.handle(state, wcs, reader)?;
+            if drained {
+                // Less than a batch: the queue was empty after it, and polling it again now
+                // (C's loop does) would most often find nothing. What arrives later is seen
+                // by the next call, or by a waiter, which polls again after arming.
+                return Poll::Ready(Ok(()));
+            }
         }
         Poll::Ready(Ok(()))
     }
@@ -279,7 +292,7 @@ impl StreamCore {
     /// [`Self::pump`] for calls without a task context: at most [`PUMP_BATCHES`] batches.
     fn pump_some(&self, state: &mut CoreState) -> io::Result<()> {
         // Without a context there is no budget to wait for: this is always `Ready`.
-        match self.pump(state, None, false) {
+        match self.pump(state, None, Reading::No) {
             Poll::Ready(result) => result,
             Poll::Pending => Ok(()),
         }
@@ -309,16 +322,17 @@ impl StreamCore {
     /// those completions are out of the queue, and the protocol's count of sends and receives
     /// must include them.
     ///
-    /// `reader`: the waker of the task reading now, which looks at the stream again before it
+    /// `reader`: the task reading now (and how), which looks at the stream again before it
     /// returns. It is not woken on the reading side (every reader waits for the same thing,
     /// readable bytes, so it sees what the others would); waking it would only poll it again
-    /// for nothing, once per message of a ping-pong. On the writing side it is woken as any
-    /// other: it may wait there for something else, polled earlier in this same poll.
+    /// for nothing, once per message of a ping-pong (see [`SideWakers::wake_all_but`]). On the
+    /// writing side it is woken as any other: it may wait there for something else, polled
+    /// earlier in this same poll.
     fn handle(
         &self,
         state: &mut CoreState,
         wcs: &[WorkCompletion],
-        reader: Option<&Waker>,
+        reader: Option<Polling<'_>>,
     ) -> io::Result<()> {
         let mut failed = None;
         for wc in wcs {
@@ -395,13 +409,29 @@ impl StreamCore {
     /// Posts every control message the protocol has due (credits, buffer grants, CTRL), with
     /// one `ibv_post_send`.
     fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
+        if !state.conn.control_wanted() {
+            return Ok(()); // most calls: nothing is due
+        }
         let mut chain = SendChain::new(&self.qp);
         self.push_controls(state, &mut chain)?;
         self.post_chain(state, &mut chain)
     }
 
     /// Adds every control message the protocol has due to `chain`.
+    #[inline]
     fn push_controls(&self, state: &mut CoreState, chain: &mut SendChain<'_>) -> io::Result<()> {
+        if !state.conn.control_wanted() {
+            return Ok(()); // most calls: nothing is due
+        }
+        self.push_due_controls(state, chain)
+    }
+
+    #[inline(never)]
+    fn push_due_controls(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+    ) -> io::Result<()> {
         while let Some(cw) = state.conn.poll_control() {
             let segment;
             let bytes = cw.payload.unwrap_or_default();
@@ -552,7 +582,7 @@ impl StreamCore {
         op: &mut RegionWrite,
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
-        ready!(self.pump(&mut state, Some(cx), false))?;
+        ready!(self.pump(&mut state, Some(cx), Reading::No))?;
         loop {
             // A buffer the device is done with comes back first: the next chunks lend it
             // again, under a new id.
@@ -719,6 +749,7 @@ impl StreamCore {
         cx: &mut Context<'_>,
         waiter: Waiter<'_, '_>,
     ) -> Poll<io::Result<()>> {
+        let reading = waiter.reading_on(side);
         self.wakers[side as usize].register(waiter, cx.waker());
         // The registration wakes every waiter of the side, not only this task.
         let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
@@ -733,7 +764,10 @@ impl StreamCore {
         );
         match ready!(polled) {
             Woken::Completions(Ok(_)) => {
-                let reader = (side == Side::Read).then(|| cx.waker());
+                let reader = (reading != Reading::No).then(|| Polling {
+                    waker: cx.waker(),
+                    reading,
+                });
                 Poll::Ready(self.handle(state, batch.as_slice(), reader))
             }
             Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
@@ -811,7 +845,7 @@ impl StreamCore {
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            ready!(self.pump(&mut state, cx.as_deref_mut(), true))?;
+            ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
             match state.conn.read_status() {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
                 // Our own sends failed (not merely flushed): report that, not end-of-stream.
@@ -882,7 +916,7 @@ impl StreamCore {
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            ready!(self.pump(&mut state, Some(&mut *cx), side == Side::Read))?;
+            ready!(self.pump(&mut state, Some(&mut *cx), waiter.reading_on(side)))?;
             let blocked = match side {
                 Side::Read => state.conn.read_status() == ReadStatus::Blocked,
                 Side::Write => matches!(state.conn.write_readiness(), Err(WriteError::Blocked(_))),
@@ -932,7 +966,7 @@ impl StreamCore {
                     Err(_) if !pumped => {
                         debug_assert!(chain.is_empty(), "a write waits with chunks unposted");
                         pumped = true;
-                        ready!(self.pump(&mut state, cx.as_deref_mut(), false))?;
+                        ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
                     }
                     Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
                         Some(cx) => ready!(self.wait_to_write(&mut state, cx, Waiter::Poll))?,
@@ -975,11 +1009,14 @@ impl StreamCore {
         }
     }
 
-    /// Everything written is already posted; this only pushes due control messages.
+    /// Everything written is already posted; this only pushes due control messages, reaping
+    /// completions first (they may free control slots) only when some are due.
     pub(super) fn poll_flush(&self) -> Poll<io::Result<()>> {
         let mut state = self.lock();
-        self.pump_some(&mut state)?;
-        self.post_controls(&mut state)?;
+        if state.conn.control_wanted() {
+            self.pump_some(&mut state)?;
+            self.post_controls(&mut state)?;
+        }
         Poll::Ready(Ok(()))
     }
 
@@ -992,7 +1029,7 @@ impl StreamCore {
             state.conn.shutdown_write();
         }
         loop {
-            ready!(self.pump(&mut state, Some(&mut *cx), false))?;
+            ready!(self.pump(&mut state, Some(&mut *cx), Reading::No))?;
             self.post_controls(&mut state)?;
             if state.conn.all_sends_done() || state.conn.is_disconnected() {
                 return Poll::Ready(Ok(()));
@@ -1111,7 +1148,7 @@ impl StreamCore {
         std::future::poll_fn(|cx| {
             let mut state = self.lock();
             loop {
-                match self.pump(&mut state, Some(&mut *cx), false) {
+                match self.pump(&mut state, Some(&mut *cx), Reading::No) {
                     Poll::Ready(Ok(())) => {}
                     Poll::Ready(Err(_)) => return Poll::Ready(()),
                     Poll::Pending => return Poll::Pending,
