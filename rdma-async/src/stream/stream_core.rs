@@ -5,9 +5,9 @@
 //! registered rings, posts the work requests, and feeds completions and CM events back. All
 //! protocol state sits behind one lock, and the completion queue is polled only under it, so
 //! completions are handled in the order the device produced them. The reading and the writing
-//! side each wait through their own registrations of the channel descriptors
-//! ([`FdWaiter`]), and whichever side handles completions wakes the other; every task waiting
-//! on a side is woken ([`SideWakers`]).
+//! side each wait through their own registrations of the channel descriptors ([`ConnWaiter`]),
+//! and whichever side handles completions wakes the other; every task waiting on a side is
+//! woken ([`SideWakers`]).
 //!
 //! A peer can keep the completion queue busy for ever (a flood of valid 0-byte messages or
 //! credit updates), so the work per poll is bounded: every batch of up to [`BATCH`]
