@@ -28,6 +28,20 @@ use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, Wo
 /// Each task that may wait gets its own [`FdWaiter`] (see [`crate::reactor`]); the queue itself
 /// may be polled by any of them, but owners serialise polling when completions must be handled
 /// in order.
+/// What a caller of [`AsyncCq::poll_completions`] knows that saves work.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct WaitHints<'a> {
+    /// How many threads wait for a lock the caller holds while it waits (a stream's state).
+    /// The busy-poll window ends as soon as there is one: spinning would keep that thread, and
+    /// the task behind it, blocked for the rest of the window, when the caller can as well
+    /// sleep until the completion comes.
+    pub(crate) lock_waiters: Option<&'a AtomicU32>,
+    /// The caller looked at the queue a moment ago and took what it held: another look before
+    /// spinning or arming would most often find nothing. Only a saving: the look after arming
+    /// sees whatever came meanwhile.
+    pub(crate) just_polled: bool,
+}
+
 #[derive(Debug)]
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
@@ -113,12 +127,7 @@ impl AsyncCq {
     }
 
     /// Waits until at least one completion is available and polls up to `N` of them into
-    /// `out`; returns how many.
-    ///
-    /// `lock_waiters`: how many threads wait for a lock the caller holds while it waits here
-    /// (a stream's state). The busy-poll window ends as soon as there is one: spinning would
-    /// keep that thread, and the task behind it, blocked for the rest of the window, when the
-    /// caller can as well sleep until the completion comes.
+    /// `out`; returns how many. `hints` says what the caller knows ([`WaitHints`]).
     ///
     /// Cancel safety: completions are only taken from the queue when this returns `Ready`.
     pub(crate) fn poll_completions<const N: usize>(
@@ -126,7 +135,7 @@ impl AsyncCq {
         waiter: &FdWaiter,
         cx: &mut Context<'_>,
         out: &mut CompletionBatch<N>,
-        lock_waiters: Option<&AtomicU32>,
+        hints: WaitHints<'_>,
     ) -> Poll<io::Result<usize>> {
         let coop = ready!(coop::poll_proceed(cx));
         #[cfg(feature = "test-hooks")]
@@ -138,7 +147,7 @@ impl AsyncCq {
                 "ibv_poll_cq failed (injected by a test hook)",
             )));
         }
-        let n = self.poll_busy(out, lock_waiters)?;
+        let n = self.poll_busy(out, hints)?;
         if n > 0 {
             coop.made_progress();
             return Poll::Ready(Ok(n));
@@ -179,16 +188,20 @@ impl AsyncCq {
 
     /// Polls the queue, spinning for at most the busy-poll window while it is empty (unless
     /// recent windows ended empty; the window adapts: [`SpinPolicy`]) and nobody waits in
-    /// `lock_waiters`. A window cut short that way tells the policy nothing.
+    /// `hints.lock_waiters`. A window cut short that way tells the policy nothing.
     fn poll_busy<const N: usize>(
         &self,
         out: &mut CompletionBatch<N>,
-        lock_waiters: Option<&AtomicU32>,
+        hints: WaitHints<'_>,
     ) -> io::Result<usize> {
-        let n = self.cq.poll_batch(out)?.len();
-        if n > 0 {
-            self.spin.record_late();
-            return Ok(n);
+        // A caller that has just looked skips this look: the spin loop (or, with no window,
+        // the look after arming) is the next one.
+        if !hints.just_polled {
+            let n = self.cq.poll_batch(out)?.len();
+            if n > 0 {
+                self.spin.record_late();
+                return Ok(n);
+            }
         }
         let Some(window) = self.spin.window() else {
             return Ok(0);
@@ -202,7 +215,10 @@ impl AsyncCq {
                 self.spin.record_found();
                 return Ok(n);
             }
-            if lock_waiters.is_some_and(|w| w.load(Ordering::Relaxed) > 0) {
+            if hints
+                .lock_waiters
+                .is_some_and(|w| w.load(Ordering::Relaxed) > 0)
+            {
                 self.spins_yielded.fetch_add(1, Ordering::Relaxed);
                 return Ok(0);
             }

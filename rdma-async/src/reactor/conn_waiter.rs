@@ -2,10 +2,9 @@
 
 use std::future::poll_fn;
 use std::io;
-use std::sync::atomic::AtomicU32;
 use std::task::{Context, Poll};
 
-use super::{AsyncCq, FdWaiter};
+use super::{AsyncCq, FdWaiter, WaitHints};
 use crate::cm::link::CmLink;
 use crate::verbs::CompletionBatch;
 
@@ -45,7 +44,7 @@ impl ConnWaiter {
     /// handled before the disconnect is. `link` must be the connection this waiter was made for;
     /// passing `None` stops watching it (once its close was handled).
     ///
-    /// `lock_waiters` cuts the busy-poll window short ([`AsyncCq::poll_completions`]).
+    /// `hints` say what the caller knows ([`WaitHints`]).
     ///
     /// Cancel safety: completions are taken only when returned; CM events read are recorded.
     pub(crate) fn poll_wait<const N: usize>(
@@ -54,9 +53,9 @@ impl ConnWaiter {
         link: Option<&CmLink>,
         cx: &mut Context<'_>,
         out: &mut CompletionBatch<N>,
-        lock_waiters: Option<&AtomicU32>,
+        hints: WaitHints<'_>,
     ) -> Poll<Woken> {
-        if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out, lock_waiters) {
+        if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out, hints) {
             return Poll::Ready(Woken::Completions(polled));
         }
         match (link, &self.cm) {
@@ -72,6 +71,6 @@ impl ConnWaiter {
         link: Option<&CmLink>,
         out: &mut CompletionBatch<N>,
     ) -> Woken {
-        poll_fn(|cx| self.poll_wait(cq, link, cx, out, None)).await
+        poll_fn(|cx| self.poll_wait(cq, link, cx, out, WaitHints::default())).await
     }
 }

@@ -13,7 +13,7 @@ mod fd_waiter;
 mod slot_queue;
 mod spin_policy;
 
-pub(crate) use completion_queue::AsyncCq;
+pub(crate) use completion_queue::{AsyncCq, WaitHints};
 pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub(crate) use fd_waiter::FdWaiter;
 pub(crate) use slot_queue::{SlotQueue, Slots};

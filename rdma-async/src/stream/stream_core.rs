@@ -39,7 +39,7 @@ use crate::proto::{
     ConnData, Connection, DataWrite, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
     TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
 };
-use crate::reactor::{AsyncCq, ConnWaiter, Woken};
+use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, Woken};
 use crate::verbs::{
     Access, CmId, CompletionBatch, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer,
     Segment, SendChain, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
@@ -755,13 +755,14 @@ impl StreamCore {
         let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
         let mut batch = CompletionBatch::<BATCH>::new();
         let registration = &self.waiters[side as usize];
-        let polled = registration.poll_wait(
-            &self.cq,
-            Some(&self.link),
-            &mut side_cx,
-            &mut batch,
-            Some(&self.lock_waiters),
-        );
+        // Every caller looks at the queue (`pump`, or the batch of an earlier wait) before it
+        // waits, so the wait need not look again before spinning or arming.
+        let hints = WaitHints {
+            lock_waiters: Some(&self.lock_waiters),
+            just_polled: true,
+        };
+        let polled =
+            registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
         match ready!(polled) {
             Woken::Completions(Ok(_)) => {
                 let reader = (reading != Reading::No).then(|| Polling {
@@ -1009,14 +1010,13 @@ impl StreamCore {
         }
     }
 
-    /// Everything written is already posted; this only pushes due control messages, reaping
-    /// completions first (they may free control slots) only when some are due.
+    /// Everything written is already posted; this reaps the completions queued, so that a
+    /// send that failed is reported here (a writer that never blocks would not learn of it
+    /// otherwise), and pushes due control messages.
     pub(super) fn poll_flush(&self) -> Poll<io::Result<()>> {
         let mut state = self.lock();
-        if state.conn.control_wanted() {
-            self.pump_some(&mut state)?;
-            self.post_controls(&mut state)?;
-        }
+        self.pump_some(&mut state)?;
+        self.post_controls(&mut state)?;
         Poll::Ready(Ok(()))
     }
 
