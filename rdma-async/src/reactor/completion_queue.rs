@@ -23,11 +23,6 @@ use super::spin_policy::SpinPolicy;
 use crate::reactor::FdWaiter;
 use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion};
 
-/// A completion queue whose completions wake tasks.
-///
-/// Each task that may wait gets its own [`FdWaiter`] (see [`crate::reactor`]); the queue itself
-/// may be polled by any of them, but owners serialise polling when completions must be handled
-/// in order.
 /// What a caller of [`AsyncCq::poll_completions`] knows that saves work.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct WaitHints<'a> {
@@ -42,6 +37,11 @@ pub(crate) struct WaitHints<'a> {
     pub(crate) just_polled: bool,
 }
 
+/// A completion queue whose completions wake tasks.
+///
+/// Each task that may wait gets its own [`FdWaiter`] (see [`crate::reactor`]); the queue itself
+/// may be polled by any of them, but owners serialise polling when completions must be handled
+/// in order.
 #[derive(Debug)]
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,

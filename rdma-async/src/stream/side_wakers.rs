@@ -156,10 +156,6 @@ impl SideWakers {
     fn wake_registered_but(&self, polling: Option<Polling<'_>>) {
         let (last_poll, futures) = {
             let mut waiting = self.lock();
-            if waiting.last_poll.is_none() && waiting.futures.is_empty() {
-                self.maybe_waiting.store(false, Ordering::Release);
-                return;
-            }
             let skip = |w: &Waker| polling.is_some_and(|p| w.will_wake(p.waker));
             let last_poll = match &waiting.last_poll {
                 Some(w) if skip(w) => {
@@ -175,6 +171,7 @@ impl SideWakers {
             } else {
                 waiting.futures.extract_if(.., |(_, w)| !skip(w)).collect()
             };
+            // Nobody left: the next wake-ups skip the lock until someone registers.
             if waiting.last_poll.is_none() && waiting.futures.is_empty() {
                 self.maybe_waiting.store(false, Ordering::Release);
             }

@@ -413,7 +413,7 @@ impl StreamCore {
             return Ok(()); // most calls: nothing is due
         }
         let mut chain = SendChain::new(&self.qp);
-        self.push_controls(state, &mut chain)?;
+        self.push_due_controls(state, &mut chain)?;
         self.post_chain(state, &mut chain)
     }
 
@@ -426,6 +426,7 @@ impl StreamCore {
         self.push_due_controls(state, chain)
     }
 
+    /// [`Self::push_controls`] once something is due: out of line, as most calls find nothing.
     #[inline(never)]
     fn push_due_controls(
         &self,
