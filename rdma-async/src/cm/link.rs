@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
-use std::task::{Context, Poll, Waker, ready};
+use std::task::{Context, Poll, ready};
 
 use super::events::CmEvents;
 use crate::device::DeviceEvent;
@@ -183,16 +183,11 @@ impl CmLink {
     }
 
     /// Whether the connection is closed or being closed by either side (no more data can move),
-    /// without waiting. The channel is read only when the reactor already reports it readable
-    /// to this task's `waiter`, so sending and receiving on an open connection costs no system
-    /// call for it.
-    pub(crate) fn try_closed(&self, waiter: &FdWaiter) -> io::Result<bool> {
-        let mut cx = Context::from_waker(Waker::noop());
-        if let Poll::Ready(Err(e)) = self.poll_disconnected(waiter, &mut cx) {
-            return Err(e);
-        }
+    /// as recorded: without reading the channel (see `CmWatch::try_closed`, which reads it
+    /// when the reactor reports it readable).
+    pub(crate) fn is_closed_or_closing(&self) -> bool {
         let state = self.state();
-        Ok(state.disconnected || state.local_disconnect)
+        state.disconnected || state.local_disconnect
     }
 
     fn poll_state(&self) -> io::Result<MutexGuard<'_, LinkState>> {

@@ -56,12 +56,13 @@ impl ArmState {
 #[cfg(test)]
 mod tests {
     //! An exhaustive interleaving check of `AsyncCq::poll_completions`' loop (poll, claim and
-    //! arm, poll again, wait for readiness, read the event, clear readiness) for two waiters, a
-    //! device that completes two work requests at any moment, and one failure of an arm or of
-    //! an event read (which may or may not consume the event) at any moment. Each waiter wants
-    //! one completion and, after an error, tries again (as the next operation would). Every
-    //! reachable state is visited; a state where nothing can happen any more but a waiter is
-    //! still waiting is a lost wake-up.
+    //! arm, poll again (with `WaitHints::exclusive`, not under an earlier arm right after a
+    //! poll that found nothing), wait for readiness, read the event, clear readiness) for two
+    //! waiters, a device that completes two work requests at any moment, and one failure of an
+    //! arm or of an event read (which may or may not consume the event) at any moment. Each
+    //! waiter wants one completion and, after an error, tries again (as the next operation
+    //! would). Every reachable state is visited; a state where nothing can happen any more but
+    //! a waiter is still waiting is a lost wake-up.
 
     use std::collections::HashSet;
 
@@ -71,6 +72,10 @@ mod tests {
     enum Pc {
         /// The first poll, before the loop.
         Start,
+        /// Claims the arm and arms, right after a first poll that found nothing (with
+        /// [`Mode::skip_after_look`], a waiter that finds an arm outstanding waits without
+        /// polling again).
+        ArmAfterLook,
         /// Claims the arm and arms.
         Arm,
         /// Polls after arming.
@@ -120,8 +125,24 @@ mod tests {
         }
     }
 
+    /// How the waiters use the queue.
+    #[derive(Debug, Clone, Copy)]
+    struct Mode {
+        /// `WaitHints::exclusive`: after a first poll that found nothing, a waiter that finds
+        /// an arm outstanding waits without polling again.
+        skip_after_look: bool,
+        /// The waiters take turns: each holds a lock from its first poll (or its read) until
+        /// it waits or is done, as a stream's sides do under the stream's state lock.
+        locked: bool,
+    }
+
+    /// Whether a waiter at `pc` holds the lock (in [`Mode::locked`]).
+    fn holds_lock(pc: Pc) -> bool {
+        matches!(pc, Pc::ArmAfterLook | Pc::Arm | Pc::PollArmed | Pc::Read)
+    }
+
     /// Every state one step from `s`.
-    fn successors(s: &State, read_failed: fn(&ArmState)) -> Vec<State> {
+    fn successors(s: &State, read_failed: fn(&ArmState), mode: Mode) -> Vec<State> {
         let mut next = Vec::new();
         if s.to_complete > 0 {
             let mut n = s.clone();
@@ -129,6 +150,10 @@ mod tests {
             next.push(n);
         }
         for w in 0..2 {
+            // Taking the lock (to poll first, or to read after a wake-up) waits for the other.
+            if mode.locked && holds_lock(s.pcs[1 - w]) && !holds_lock(s.pcs[w]) {
+                continue;
+            }
             let mut n = s.clone();
             match s.pcs[w] {
                 Pc::Start | Pc::PollArmed => {
@@ -137,15 +162,16 @@ mod tests {
                         n.pcs[w] = Pc::Done;
                     } else {
                         n.pcs[w] = if s.pcs[w] == Pc::Start {
-                            Pc::Arm
+                            Pc::ArmAfterLook
                         } else {
                             Pc::Wait
                         };
                     }
                     next.push(n);
                 }
-                Pc::Arm => {
-                    if on_arm(&mut n, ArmState::claim) {
+                Pc::Arm | Pc::ArmAfterLook => {
+                    let claimed = on_arm(&mut n, ArmState::claim);
+                    if claimed {
                         if s.faults > 0 {
                             // `ibv_req_notify_cq` fails: the operation ends with the error.
                             let mut f = n.clone();
@@ -159,7 +185,8 @@ mod tests {
                         }
                         n.hw_armed = true;
                     }
-                    n.pcs[w] = Pc::PollArmed;
+                    let skip = mode.skip_after_look && !claimed && s.pcs[w] == Pc::ArmAfterLook;
+                    n.pcs[w] = if skip { Pc::Wait } else { Pc::PollArmed };
                     next.push(n);
                 }
                 Pc::Wait => {
@@ -203,7 +230,7 @@ mod tests {
     }
 
     /// Explores every state; returns the first stuck one, and how many states there were.
-    fn explore(read_failed: fn(&ArmState)) -> (Option<State>, usize) {
+    fn explore(read_failed: fn(&ArmState), mode: Mode) -> (Option<State>, usize) {
         let start = State {
             pcs: [Pc::Start; 2],
             cq: 0,
@@ -217,7 +244,7 @@ mod tests {
         let mut seen = HashSet::from([start.clone()]);
         let mut stack = vec![start];
         while let Some(s) = stack.pop() {
-            let next = successors(&s, read_failed);
+            let next = successors(&s, read_failed, mode);
             if next.is_empty() && s.pcs != [Pc::Done; 2] {
                 return (Some(s), seen.len());
             }
@@ -230,18 +257,51 @@ mod tests {
         (None, seen.len())
     }
 
+    /// Waiters that poll after every arm, in any interleaving (an endpoint's or a
+    /// connection's tasks).
+    const SHARED: Mode = Mode {
+        skip_after_look: false,
+        locked: false,
+    };
+    /// Waiters that take turns under a lock and skip the poll under an earlier arm (a stream).
+    const EXCLUSIVE: Mode = Mode {
+        skip_after_look: true,
+        locked: true,
+    };
+
     #[test]
     fn no_interleaving_or_failure_loses_a_wake_up() {
-        let (stuck, states) = explore(ArmState::event_read_failed);
-        assert!(stuck.is_none(), "a lost wake-up: {stuck:?}");
-        assert!(states > 100, "the model explored only {states} states");
+        for mode in [SHARED, EXCLUSIVE] {
+            let (stuck, states) = explore(ArmState::event_read_failed, mode);
+            assert!(stuck.is_none(), "{mode:?}: a lost wake-up: {stuck:?}");
+            assert!(
+                states > 100,
+                "{mode:?}: the model explored only {states} states"
+            );
+        }
     }
 
     /// The check finds the bug it is for: a failed read that keeps the arm "outstanding".
     #[test]
     fn keeping_the_arm_after_a_failed_read_is_caught() {
-        let (stuck, _) = explore(|_| {});
+        for mode in [SHARED, EXCLUSIVE] {
+            let (stuck, _) = explore(|_| {}, mode);
+            let stuck = stuck.expect("the model misses the lost wake-up");
+            assert!(stuck.armed && !stuck.hw_armed, "{mode:?}: {stuck:?}");
+        }
+    }
+
+    /// Skipping the poll under an earlier arm is safe only while the waiters take turns:
+    /// otherwise another waiter may arm after this one polled, after completions that then
+    /// raise no event, and take only some of them.
+    #[test]
+    fn skipping_the_poll_while_waiters_interleave_is_caught() {
+        let mode = Mode {
+            skip_after_look: true,
+            locked: false,
+        };
+        let (stuck, _) = explore(ArmState::event_read_failed, mode);
         let stuck = stuck.expect("the model misses the lost wake-up");
-        assert!(stuck.armed && !stuck.hw_armed, "{stuck:?}");
+        assert!(stuck.cq > 0 && stuck.events == 0, "{stuck:?}");
     }
 }

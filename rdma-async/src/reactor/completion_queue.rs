@@ -35,6 +35,14 @@ pub(crate) struct WaitHints<'a> {
     /// spinning or arming would most often find nothing. Only a saving: the look after arming
     /// sees whatever came meanwhile.
     pub(crate) just_polled: bool,
+    /// The caller's last look (or the last by any waiter of this queue) found it empty, and
+    /// every waiter looks and waits under one lock the caller holds (a stream's two sides,
+    /// under the stream's state). A wait that finds an arm made earlier still outstanding then
+    /// need not look again before waiting: whatever completed since that look raises the arm's
+    /// event, or its event is already in the channel. (Without the lock, another waiter may
+    /// arm after this one's look, after completions that raised no event, and take only some
+    /// of them: `arm_state`'s model check finds that.)
+    pub(crate) exclusive: bool,
 }
 
 /// A completion queue whose completions wake tasks.
@@ -152,19 +160,24 @@ impl AsyncCq {
             coop.made_progress();
             return Poll::Ready(Ok(n));
         }
+        // `poll_busy` looked last, or the caller's look before it was left at that.
+        let mut skip_look = hints.exclusive;
         loop {
-            if self.arm.claim()
-                && let Err(e) = self.cq.req_notify()
-            {
+            let armed_now = self.arm.claim();
+            if armed_now && let Err(e) = self.cq.req_notify() {
                 self.arm.arm_failed();
                 return Poll::Ready(Err(e));
             }
-            let n = self.cq.poll_batch(out)?.len();
-            if n > 0 {
-                self.spin.record_late();
-                coop.made_progress();
-                return Poll::Ready(Ok(n));
+            // A completion between the last look and a new arm raises no event: look again.
+            if armed_now || !skip_look {
+                let n = self.cq.poll_batch(out)?.len();
+                if n > 0 {
+                    self.spin.record_late();
+                    coop.made_progress();
+                    return Poll::Ready(Ok(n));
+                }
             }
+            skip_look = false;
             let mut guard = ready!(waiter.poll_readable(cx))?;
             // Events are read from the channel itself; any waiter's duplicate reports them.
             match guard.try_io(|_| self.cq.channel().get_event().map(|_| ())) {
@@ -195,7 +208,7 @@ impl AsyncCq {
         hints: WaitHints<'_>,
     ) -> io::Result<usize> {
         // A caller that has just looked skips this look: the spin loop (or, with no window,
-        // the look after arming) is the next one.
+        // the look after arming, or none: `WaitHints::exclusive`) is the next one.
         if !hints.just_polled {
             let n = self.cq.poll_batch(out)?.len();
             if n > 0 {

@@ -4,7 +4,7 @@ use std::future::poll_fn;
 use std::io;
 use std::task::{Context, Poll};
 
-use super::{AsyncCq, FdWaiter, WaitHints};
+use super::{AsyncCq, CmWatch, FdWaiter, WaitHints};
 use crate::cm::link::CmLink;
 use crate::verbs::CompletionBatch;
 
@@ -22,7 +22,7 @@ pub(crate) enum Woken {
 #[derive(Debug)]
 pub(crate) struct ConnWaiter {
     cq: FdWaiter,
-    cm: Option<FdWaiter>,
+    cm: Option<CmWatch>,
 }
 
 impl ConnWaiter {
@@ -30,12 +30,12 @@ impl ConnWaiter {
     pub(crate) fn new(cq: &AsyncCq, link: Option<&CmLink>) -> io::Result<Self> {
         Ok(ConnWaiter {
             cq: cq.waiter()?,
-            cm: link.map(CmLink::waiter).transpose()?,
+            cm: link.map(CmWatch::new).transpose()?,
         })
     }
 
-    /// The registration on the rdma_cm channel, if this waiter watches a connection.
-    pub(crate) fn cm(&self) -> Option<&FdWaiter> {
+    /// The watch on the rdma_cm channel, if this waiter watches a connection.
+    pub(crate) fn cm(&self) -> Option<&CmWatch> {
         self.cm.as_ref()
     }
 
@@ -59,7 +59,7 @@ impl ConnWaiter {
             return Poll::Ready(Woken::Completions(polled));
         }
         match (link, &self.cm) {
-            (Some(link), Some(cm)) => link.poll_disconnected(cm, cx).map(Woken::Closed),
+            (Some(link), Some(cm)) => cm.poll_disconnected(link, cx).map(Woken::Closed),
             _ => Poll::Pending,
         }
     }

@@ -1,18 +1,20 @@
 //! What registers with Tokio's reactor: completion queues whose completions wake tasks
-//! ([`AsyncCq`]), per-task registrations of channel descriptors ([`FdWaiter`]), the wait for a
-//! completion or a disconnect ([`ConnWaiter`]), and work queues of registered slots built on
-//! them ([`SlotQueue`]).
+//! ([`AsyncCq`]), per-task registrations of channel descriptors ([`FdWaiter`]; [`CmWatch`] for
+//! a connection's rdma_cm channel), the wait for a completion or a disconnect ([`ConnWaiter`]),
+//! and work queues of registered slots built on them ([`SlotQueue`]).
 //!
 //! The verbs objects themselves (`crate::verbs`) know nothing of Tokio; this module turns their
 //! channel descriptors into readiness that tasks can wait for.
 
 mod arm_state;
+mod cm_watch;
 mod completion_queue;
 mod conn_waiter;
 mod fd_waiter;
 mod slot_queue;
 mod spin_policy;
 
+pub(crate) use cm_watch::CmWatch;
 pub(crate) use completion_queue::{AsyncCq, WaitHints};
 pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub(crate) use fd_waiter::FdWaiter;

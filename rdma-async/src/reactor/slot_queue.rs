@@ -131,7 +131,7 @@ impl<R, H> SlotQueue<R, H> {
     /// closing; its channel is read only when it is readable.
     fn check_open(&self, link: Option<&CmLink>, sending: bool) -> io::Result<()> {
         if let (Some(link), Some(cm)) = (link, self.waiter.cm())
-            && link.try_closed(cm)?
+            && cm.try_closed(link)?
         {
             return Err(link.closed_error(sending));
         }

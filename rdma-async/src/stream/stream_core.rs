@@ -168,6 +168,10 @@ struct CoreState {
     /// An `ibv_post_send` failed: requests the protocol counts as outstanding may never have
     /// been posted, so their completions (and the buffers they would free) may never come.
     post_failed: bool,
+    /// The last look at the completion queue in this hold of the lock (every look is made
+    /// under it) found the queue empty: it returned less than a full batch. A wait then need
+    /// not look again under an arm made earlier ([`WaitHints::exclusive`]).
+    queue_empty: bool,
 }
 
 /// One stream connection's queue pair, protocol state and wake-ups.
@@ -212,6 +216,7 @@ impl StreamCore {
                 returned: HashMap::new(),
                 abandoned: HashSet::new(),
                 post_failed: false,
+                queue_empty: false,
             }),
             lock_waiters: AtomicU32::new(0),
         };
@@ -233,7 +238,7 @@ impl StreamCore {
 
     fn lock(&self) -> MutexGuard<'_, CoreState> {
         // Every update keeps the state consistent before anything that could panic.
-        match self.state.try_lock() {
+        let mut state = match self.state.try_lock() {
             Ok(state) => state,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => {
@@ -243,7 +248,10 @@ impl StreamCore {
                 self.lock_waiters.fetch_sub(1, Ordering::Relaxed);
                 state
             }
-        }
+        };
+        // Only a look made under this hold of the lock counts for its waits.
+        state.queue_empty = false;
+        state
     }
 
     /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
@@ -263,6 +271,7 @@ impl StreamCore {
                 None => None,
             };
             let wcs = self.cq.try_poll_batch(&mut batch)?;
+            state.queue_empty = wcs.len() < BATCH;
             if wcs.is_empty() {
                 // Dropping `coop` unused gives the unit back.
                 return Poll::Ready(Ok(()));
@@ -305,6 +314,7 @@ impl StreamCore {
         loop {
             let wcs = self.cq.try_poll_batch(&mut batch)?;
             if wcs.is_empty() {
+                state.queue_empty = true;
                 return Ok(());
             }
             self.handle(state, wcs, None)?;
@@ -757,13 +767,22 @@ impl StreamCore {
         let mut batch = CompletionBatch::<BATCH>::new();
         let registration = &self.waiters[side as usize];
         // Every caller looks at the queue (`pump`, or the batch of an earlier wait) before it
-        // waits, so the wait need not look again before spinning or arming.
+        // waits, so the wait need not look again before spinning or arming; both sides wait
+        // under this lock, so neither needs to look again under an arm made earlier after a
+        // look that found the queue empty.
         let hints = WaitHints {
             lock_waiters: Some(&self.lock_waiters),
             just_polled: true,
+            exclusive: state.queue_empty,
         };
         let polled =
             registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
+        // A wait that returns nothing ends with a look that found nothing (or none needed).
+        state.queue_empty = match &polled {
+            Poll::Pending => true,
+            Poll::Ready(Woken::Completions(Ok(n))) => *n < BATCH,
+            Poll::Ready(_) => false,
+        };
         match ready!(polled) {
             Woken::Completions(Ok(_)) => {
                 let reader = (reading != Reading::No).then(|| Polling {

@@ -1,0 +1,163 @@
+//! [`CmWatch`]: one task's watch on a connection's rdma_cm channel, left registered between
+//! waits.
+//!
+//! Every wait for completions also watches for a disconnect. Registering with the reactor again
+//! on each wait (Tokio's `poll_read_ready`) cost about a quarter as much as the rest of arming
+//! the wait (callgrind), for an event that comes once in a connection's life. A registration
+//! stays in place until its descriptor turns readable, so the watch gives the reactor a waker of
+//! its own, which counts its wake-ups and passes them on to the task: while none came since the
+//! registration was made, a wait only updates which task to wake.
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
+
+use super::FdWaiter;
+use crate::cm::link::CmLink;
+
+/// No registration is known to be in place.
+const NOT_REGISTERED: u64 = u64::MAX;
+
+/// A task's registration on a connection's rdma_cm channel.
+#[derive(Debug)]
+pub(crate) struct CmWatch {
+    fd: FdWaiter,
+    relay: Arc<Relay>,
+    /// `relay` as a waker, made once.
+    relay_waker: Waker,
+    /// `relay.wakes` when the registration in place was made, or [`NOT_REGISTERED`].
+    registered_at: AtomicU64,
+}
+
+/// The waker the reactor holds: it counts its wake-ups and wakes the task last registered.
+#[derive(Debug, Default)]
+struct Relay {
+    wakes: AtomicU64,
+    task: Mutex<Option<Waker>>,
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Counted before the task is woken, so the task, polled, registers again.
+        self.wakes.fetch_add(1, Ordering::AcqRel);
+        // Kept, not taken: the same task most often waits again. Woken outside the lock.
+        let task = self.lock().clone();
+        if let Some(task) = task {
+            task.wake();
+        }
+    }
+}
+
+impl Relay {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+        // A waker slot: nothing a panic could leave half-updated.
+        self.task.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Makes `waker` the one woken next.
+    fn set_task(&self, waker: &Waker) {
+        let mut task = self.lock();
+        if !task.as_ref().is_some_and(|t| t.will_wake(waker)) {
+            *task = Some(waker.clone());
+        }
+    }
+}
+
+impl CmWatch {
+    /// Registers a duplicate of `link`'s channel descriptor (see [`FdWaiter`]).
+    pub(crate) fn new(link: &CmLink) -> io::Result<Self> {
+        let relay = Arc::new(Relay::default());
+        Ok(CmWatch {
+            fd: link.waiter()?,
+            relay_waker: Waker::from(relay.clone()),
+            relay,
+            registered_at: AtomicU64::new(NOT_REGISTERED),
+        })
+    }
+
+    /// As [`CmLink::poll_disconnected`] (`link` must be the connection this watch was made
+    /// for), without registering again while the registration made earlier is in place and
+    /// nothing woke it.
+    pub(crate) fn poll_disconnected(
+        &self,
+        link: &CmLink,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        // Also set without an rdma_cm event (a device event that broke the queue pair).
+        if link.is_disconnected() {
+            return Poll::Ready(Ok(()));
+        }
+        self.relay.set_task(cx.waker());
+        self.poll_registered(link)
+    }
+
+    /// As [`CmLink::try_closed`]: whether the connection is closed or closing, reading the
+    /// channel only when it turned readable since it was last read.
+    pub(crate) fn try_closed(&self, link: &CmLink) -> io::Result<bool> {
+        if let Poll::Ready(Err(e)) = self.poll_registered(link) {
+            return Err(e);
+        }
+        Ok(link.is_closed_or_closing())
+    }
+
+    /// Reads the channel if a wake-up came since the registration in place was made (or none
+    /// is), and registers the relay again when it finds nothing more to read.
+    fn poll_registered(&self, link: &CmLink) -> Poll<io::Result<()>> {
+        // Read before registering: a wake-up after the registration counts past it.
+        let wakes = self.relay.wakes.load(Ordering::Acquire);
+        if self.registered_at.load(Ordering::Relaxed) == wakes {
+            return Poll::Pending;
+        }
+        let mut cx = Context::from_waker(&self.relay_waker);
+        let polled = link.poll_disconnected(&self.fd, &mut cx);
+        let registered_at = if polled.is_pending() {
+            wakes
+        } else {
+            NOT_REGISTERED
+        };
+        self.registered_at.store(registered_at, Ordering::Relaxed);
+        polled
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    #[test]
+    fn the_relay_counts_each_wake_up_and_wakes_the_last_task_set_each_time() {
+        let relay = Arc::new(Relay::default());
+        let waker = Waker::from(relay.clone());
+        waker.wake_by_ref();
+        assert_eq!(
+            relay.wakes.load(Ordering::Relaxed),
+            1,
+            "counted with no task set"
+        );
+        let (first, second) = (
+            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(Count(AtomicUsize::new(0))),
+        );
+        relay.set_task(&Waker::from(first.clone()));
+        relay.set_task(&Waker::from(second.clone()));
+        waker.wake_by_ref();
+        waker.wake_by_ref();
+        assert_eq!(relay.wakes.load(Ordering::Relaxed), 3);
+        assert_eq!(first.0.load(Ordering::Relaxed), 0, "replaced: not woken");
+        assert_eq!(second.0.load(Ordering::Relaxed), 2, "kept across wake-ups");
+    }
+}
