@@ -33,7 +33,7 @@ pub(crate) struct WaitHints<'a> {
     pub(crate) lock_waiters: Option<&'a AtomicU32>,
     /// The caller looked at the queue a moment ago and took what it held: another look before
     /// spinning or arming would most often find nothing. Only a saving: the look after arming
-    /// sees whatever came meanwhile.
+    /// (or, with `exclusive`, the arm made earlier) sees whatever came meanwhile.
     pub(crate) just_polled: bool,
     /// The caller's last look (or the last by any waiter of this queue) found it empty, and
     /// every waiter looks and waits under one lock the caller holds (a stream's two sides,

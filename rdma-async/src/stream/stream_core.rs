@@ -286,7 +286,7 @@ impl StreamCore {
                     waker: cx.waker(),
                     reading,
                 });
-            let drained = wcs.len() < BATCH;
+            let drained = state.queue_empty;
             self.handle(state, wcs, reader)?;
             if drained {
                 // Less than a batch: the queue was empty after it, and polling it again now
@@ -777,7 +777,8 @@ impl StreamCore {
         };
         let polled =
             registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
-        // A wait that returns nothing ends with a look that found nothing (or none needed).
+        // A wait that returns nothing ended with a look that found nothing, or needed none
+        // (or ran out of budget before looking: this hold of the lock ends here).
         state.queue_empty = match &polled {
             Poll::Pending => true,
             Poll::Ready(Woken::Completions(Ok(n))) => *n < BATCH,
