@@ -42,6 +42,18 @@ struct ibv_mr *rdma_async_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size
 	return ibv_reg_dmabuf_mr(pd, offset, length, iova, fd, access);
 }
 
+/* Allocates a memory window of `type` (IBV_MW_TYPE_1 or _2); NULL with errno set (EOPNOTSUPP when the
+ * provider has none). */
+struct ibv_mw *rdma_async_alloc_mw(struct ibv_pd *pd, int type)
+{
+	return ibv_alloc_mw(pd, (enum ibv_mw_type)type);
+}
+
+int rdma_async_dealloc_mw(struct ibv_mw *mw)
+{
+	return ibv_dealloc_mw(mw);
+}
+
 int rdma_async_query_odp_caps(struct ibv_context *context, uint64_t *general_caps, uint32_t *rc_odp_caps)
 {
 	struct ibv_device_attr_ex attr = { 0 };

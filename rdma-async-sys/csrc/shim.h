@@ -17,6 +17,10 @@ struct ibv_mr *rdma_async_reg_mr(struct ibv_pd *pd, void *addr, size_t length, i
 /* Registers a dma-buf; returns NULL with errno set (EOPNOTSUPP when the provider cannot). */
 struct ibv_mr *rdma_async_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd,
 					int access);
+/* Allocates a memory window (type IBV_MW_TYPE_1 or _2); returns NULL with errno set (EOPNOTSUPP when the
+ * provider has none). */
+struct ibv_mw *rdma_async_alloc_mw(struct ibv_pd *pd, int type);
+int rdma_async_dealloc_mw(struct ibv_mw *mw);
 /* The device's on-demand paging capabilities (ibv_query_device_ex): 0, or an errno. */
 int rdma_async_query_odp_caps(struct ibv_context *context, uint64_t *general_caps, uint32_t *rc_odp_caps);
 /* Prefetches on-demand-paged memory (ibv_advise_mr, IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE): 0, or an errno. */

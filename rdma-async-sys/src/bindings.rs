@@ -5121,6 +5121,12 @@ unsafe extern "C" {
     ) -> *mut ibv_mr;
 }
 unsafe extern "C" {
+    pub fn rdma_async_alloc_mw(pd: *mut ibv_pd, type_: libc::c_int) -> *mut ibv_mw;
+}
+unsafe extern "C" {
+    pub fn rdma_async_dealloc_mw(mw: *mut ibv_mw) -> libc::c_int;
+}
+unsafe extern "C" {
     pub fn rdma_async_query_odp_caps(
         context: *mut ibv_context,
         general_caps: *mut u64,

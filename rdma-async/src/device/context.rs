@@ -168,6 +168,21 @@ impl DeviceContext {
         )?))
     }
 
+    /// Allocates `len` zeroed bytes that memory windows can expose to a peer
+    /// ([`crate::rdma::RdmaConnection::bind_window`]), with no remote access of their own
+    /// (`IBV_ACCESS_MW_BIND`).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::reg_msgs`].
+    pub fn reg_bindable(&self, len: usize) -> io::Result<LocalRegion> {
+        let access = Access {
+            mw_bind: true,
+            ..Access::default()
+        };
+        Ok(LocalRegion::new(allocate(&self.pd, len, access)?))
+    }
+
     /// Allocates `len` bytes a peer may RDMA-read (`rdma_reg_read`).
     ///
     /// # Errors

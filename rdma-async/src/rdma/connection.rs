@@ -23,7 +23,7 @@ use crate::error::{self, completion_error, wc_error};
 use crate::reactor::AsyncCq;
 use crate::verbs::{
     CallerMemoryQueuePair, CmId, Held, IdDevice, InFlightTable, Opcode, QpCaps, Segment, WcStatus,
-    WorkCompletion, WorkQueue,
+    WindowBinding, WindowOp, WorkCompletion, WorkQueue,
 };
 
 /// What a receive delivered.
@@ -213,6 +213,8 @@ enum OpKind {
     Write(RemoteSlice),
     Read(RemoteSlice),
     Atomic(&'static str, RemoteSlice),
+    BindWindow,
+    InvalidateWindow,
 }
 
 impl OpKind {
@@ -239,6 +241,8 @@ impl OpKind {
             OpKind::Atomic(name, r) => {
                 format!("atomic {name} at {:#x} (rkey {:#x})", r.addr(), r.rkey())
             }
+            OpKind::BindWindow => "memory window bind".to_owned(),
+            OpKind::InvalidateWindow => "memory window invalidation".to_owned(),
         }
     }
 
@@ -580,6 +584,8 @@ impl RdmaConnection {
                 Held::Nothing => Vec::new(),
                 Held::One(b) => vec![B::from_user(Carried(b))],
                 Held::Many(v) => v.into_iter().map(|b| B::from_user(Carried(b))).collect(),
+                // Only window operations hold a window.
+                Held::Window(_) => lost_buffer(),
             }
         };
         if let Some(e) = bad {
@@ -646,6 +652,44 @@ impl RdmaConnection {
         }
         let err = wc_error(wc, self.peer_addr(), op.sending());
         completion_error(err.kind(), wc, format!("{what} failed: {err}"))
+    }
+
+    /// Posts a bind or invalidation of `binding`'s window, waits for its completion and
+    /// returns the binding (it sat in the in-flight table meanwhile, so a dropped future leaves
+    /// the window and its region there until the completion).
+    pub(super) async fn run_window(
+        &self,
+        op: WindowOp,
+        binding: Box<WindowBinding>,
+    ) -> (io::Result<()>, Box<WindowBinding>) {
+        let kind = match op {
+            WindowOp::Bind { .. } => OpKind::BindWindow,
+            WindowOp::Invalidate => OpKind::InvalidateWindow,
+        };
+        let qp = &self.shared.qp;
+        let (result, held) = self
+            .shared
+            .execute(WorkQueue::Send, Held::Window(binding), |h| {
+                qp.post_window(op, h)
+            })
+            .await;
+        let result = result.and_then(|wc| {
+            if wc.status.is_success() {
+                Ok(())
+            } else {
+                Err(self.completion_error(&wc, kind))
+            }
+        });
+        match held {
+            Held::Window(binding) => (result, binding),
+            // The table gives back exactly what it was given.
+            _ => lost_buffer(),
+        }
+    }
+
+    /// The connection's protection domain, for the windows allocated on it.
+    pub(super) fn pd(&self) -> &Arc<crate::verbs::ProtectionDomain> {
+        &self.shared.pd
     }
 
     async fn run_one<B: RegisteredBytes>(

@@ -13,6 +13,10 @@
 //!   until the completion arrives, and dropping the connection flushes the queue pair and frees
 //!   the memory only after the flush completions (or after destroying the queue pair).
 //!
+//! - A [`BoundWindow`] grants a peer part of a [`LocalRegion`] through a memory window until an
+//!   invalidation revokes it; it holds the region meanwhile, and gives it back only once the
+//!   peer can no longer reach it.
+//!
 //! The cost per operation over a raw `ibv_post_send`: a semaphore permit (the queue depth), one
 //! uncontended mutex for the slot table at post, completion and pick-up, and one wake-up from the
 //! connection's completion task.
@@ -43,6 +47,7 @@ mod options;
 mod region;
 mod remote;
 mod srq;
+mod window;
 
 pub(crate) use connection::span;
 pub use connection::{RdmaConnection, Received};
@@ -51,3 +56,4 @@ pub use region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion};
 pub(crate) use region::{adopt, allocate, bytes_mut_to_vec, check_len, foreign_region, sealed};
 pub use remote::{RemoteRegion, RemoteSlice};
 pub use srq::SharedReceiveQueue;
+pub use window::BoundWindow;

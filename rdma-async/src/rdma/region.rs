@@ -50,18 +50,21 @@ impl RemoteAccess {
         remote_read: true,
         remote_write: false,
         remote_atomic: false,
+        mw_bind: false,
     });
     /// The peer may RDMA-write the memory (`IBV_ACCESS_REMOTE_WRITE`; `rdma_reg_write`).
     pub const WRITE: RemoteAccess = RemoteAccess(Access {
         remote_read: false,
         remote_write: true,
         remote_atomic: false,
+        mw_bind: false,
     });
     /// The peer may compare-and-swap and fetch-and-add 8-byte words (`IBV_ACCESS_REMOTE_ATOMIC`).
     pub const ATOMIC: RemoteAccess = RemoteAccess(Access {
         remote_read: false,
         remote_write: false,
         remote_atomic: true,
+        mw_bind: false,
     });
 
     pub(crate) fn access(self) -> Access {
@@ -92,6 +95,7 @@ impl BitOr for RemoteAccess {
             remote_read: self.0.remote_read || other.0.remote_read,
             remote_write: self.0.remote_write || other.0.remote_write,
             remote_atomic: self.0.remote_atomic || other.0.remote_atomic,
+            mw_bind: false,
         })
     }
 }

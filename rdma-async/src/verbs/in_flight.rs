@@ -12,6 +12,7 @@ use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use super::memory_window::WindowBinding;
 use super::user_buffer::UserBuffer;
 use super::work::{WcStatus, WorkCompletion};
 use crate::error;
@@ -24,6 +25,8 @@ pub(crate) enum Held {
     Nothing,
     One(UserBuffer),
     Many(Vec<UserBuffer>),
+    /// A memory window and the region it is bound over (a bind or an invalidation).
+    Window(Box<WindowBinding>),
 }
 
 impl Held {
@@ -32,6 +35,7 @@ impl Held {
             Held::Nothing => None,
             Held::One(b) => (index == 0).then_some(b),
             Held::Many(v) => v.get(index),
+            Held::Window(binding) => (index == 0).then_some(&binding.region),
         }
     }
 }

@@ -92,6 +92,9 @@ pub(crate) struct Access {
     pub(crate) remote_write: bool,
     /// `IBV_ACCESS_REMOTE_ATOMIC`: the peer may compare-and-swap and fetch-and-add 8-byte words.
     pub(crate) remote_atomic: bool,
+    /// `IBV_ACCESS_MW_BIND`: memory windows may be bound over the memory (which grants the peer
+    /// access only through them).
+    pub(crate) mw_bind: bool,
 }
 
 /// How a registration is made, besides its remote access.
@@ -116,6 +119,19 @@ impl Access {
         self.remote_read || self.remote_write || self.remote_atomic
     }
 
+    /// The remote-access flags alone (`ibv_access_flags`), as a memory window bind takes them.
+    pub(crate) fn remote_flags(self) -> u32 {
+        let no_local = RegFlags {
+            local_write: false,
+            on_demand: false,
+        };
+        Access {
+            mw_bind: false,
+            ..self
+        }
+        .flags(no_local) as u32
+    }
+
     fn flags(self, reg: RegFlags) -> i32 {
         let mut flags = 0;
         if reg.local_write {
@@ -132,6 +148,9 @@ impl Access {
         }
         if self.remote_atomic {
             flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
+        }
+        if self.mw_bind {
+            flags |= sys::ibv_access_flags::IBV_ACCESS_MW_BIND;
         }
         flags as i32
     }
@@ -544,10 +563,11 @@ impl RegisteredBuffer {
     /// # Safety
     ///
     /// No work request may be outstanding on this memory while the view lives (the device could
-    /// write it).
+    /// write it), and no memory window may be bound over it (the peer could).
     pub(crate) unsafe fn local_slice(&self) -> Option<&[u8]> {
-        // SAFETY: without remote access only this process's work requests can write the memory,
-        // and the caller guarantees none is outstanding; `ptr..ptr + len` is live.
+        // SAFETY: without remote access only this process's work requests and windows can
+        // expose the memory, and the caller guarantees none is outstanding or bound;
+        // `ptr..ptr + len` is live.
         (!self.access.is_remote() && self.cpu_access() == CpuAccess::ReadWrite)
             .then(|| unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
     }
@@ -589,6 +609,11 @@ impl RegisteredBuffer {
     pub(crate) fn lkey(&self) -> u32 {
         // SAFETY: the registration is live for `self`'s lifetime.
         unsafe { (*self.mr.as_ptr()).lkey }
+    }
+
+    /// The registration, for a memory window bind; never dereferenced outside this module.
+    pub(crate) fn mr_ptr(&self) -> *mut sys::ibv_mr {
+        self.mr.as_ptr()
     }
 
     /// The key a peer uses to write or read this memory remotely.

@@ -28,6 +28,7 @@ use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
 use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::memory::RegisteredBuffer;
+use super::memory_window::WindowOp;
 use super::protection_domain::ProtectionDomain;
 use super::send_chain::SendChain;
 use super::shared_recv_queue::SharedRecvQueue;
@@ -575,6 +576,61 @@ impl CallerMemoryQueuePair {
                 posted
             },
         )
+    }
+
+    /// Moves `held` (a [`Held::Window`]) into the in-flight table and posts a signaled bind or
+    /// invalidation of its window. The window must belong to this queue pair's protection
+    /// domain, as must the region (a type-2 window is bound through, and then used only by, the
+    /// queue pair that bound it). On failure nothing was posted and both come back.
+    pub(crate) fn post_window(
+        &self,
+        op: WindowOp,
+        held: Held,
+    ) -> Result<Ticket, (io::Error, Held)> {
+        let Held::Window(binding) = &held else {
+            return Err((
+                error::invalid_input("a window operation needs a window"),
+                held,
+            ));
+        };
+        if !Arc::ptr_eq(binding.window.pd(), &self._pd)
+            || !Arc::ptr_eq(binding.region.registered().pd(), &self._pd)
+        {
+            return Err((
+                error::invalid_input(
+                    "the window or its region belongs to another device context than the connection",
+                ),
+                held,
+            ));
+        }
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+        let filled = match op {
+            WindowOp::Bind {
+                offset,
+                len,
+                access,
+            } => binding
+                .window
+                .fill_bind(&mut wr, &binding.region, offset, len, access),
+            WindowOp::Invalidate => {
+                binding.window.fill_invalidate(&mut wr);
+                Ok(())
+            }
+        };
+        if let Err(e) = filled {
+            return Err((e, held));
+        }
+        let (ticket, wr_id) = self.memory.table.insert(held, WorkQueue::Send)?;
+        wr.wr_id = wr_id;
+        // SAFETY: the request has no scatter/gather list; the window and the region it names
+        // are in the table's slot until its completion is polled, and the table outlives the
+        // queue pair (it is in `memory`).
+        if let Err(e) = unsafe { self.post_send_wr(&mut wr) } {
+            return Err((e, self.memory.table.take_back(ticket)));
+        }
+        Ok(ticket)
     }
 
     /// Moves `held` into the in-flight table and posts a receive scattering into `segments`.

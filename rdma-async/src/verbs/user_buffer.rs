@@ -113,7 +113,9 @@ impl UserBuffer {
     pub(crate) fn as_slice(&self) -> Option<&[u8]> {
         match &self.0 {
             // SAFETY: a `UserBuffer` outside a table has no work request outstanding (posting
-            // moves it into the table, and it comes back only after its completion was polled).
+            // moves it into the table, and it comes back only after its completion was polled),
+            // and no window bound over it (a bound window's region lives in its
+            // `WindowBinding`, which gives no view, until the window is invalidated or freed).
             Memory::Whole(buffer) => unsafe { buffer.local_slice() },
             // SAFETY: as above; the pool hands each slice out once, so this buffer is the only
             // owner of its range, and `&self` makes the view shared only with other `&` views.
@@ -169,6 +171,11 @@ impl<'a> RegisteredRange<'a> {
 
     pub(crate) fn lkey(&self) -> u32 {
         self.buffer.lkey()
+    }
+
+    /// The registration, for a memory window bind (which names the region it exposes).
+    pub(crate) fn mr_ptr(&self) -> *mut sys::ibv_mr {
+        self.buffer.mr_ptr()
     }
 
     fn check(&self, offset: usize, len: usize) -> io::Result<()> {

@@ -35,6 +35,7 @@ mod tls;
 mod tonic;
 mod ucmatose;
 mod udaddy;
+mod windows;
 mod zero_copy;
 
 /// `examples/rping`'s code, compiled in and run in-process by [`rping`].
