@@ -20,7 +20,9 @@
 //!
 //! `-T` options, repeatable: `s` kernel TCP instead of RDMA streams; `b` blocking (awaited)
 //! transfers; `n` non-blocking busy-polled transfers (the default; the last of `b`/`n` wins);
-//! `v` verify the data (a byte counter per direction, continuous over the whole process). `a`
+//! `v` verify the data (a byte counter per direction, continuous over the whole process); `z`
+//! send from a registered region without a copy, `l` receive by borrowing the bytes in the
+//! receive ring without a copy (both rdma-async only: `write_region`, `read_lent`). `a`
 //! and `r` are accepted without effect, `f` (fork) is refused. `-B` sets SO_SNDBUF/SO_RCVBUF
 //! (512 KiB by default, as in the C tool), `-i` the RDMA inline size of the latency connection,
 //! `-k` TCP keepalive.
@@ -122,6 +124,7 @@ impl Peer {
                 Tuning::Custom => None,
             },
             keepalive: (opts.keepalive != 0).then_some(opts.keepalive),
+            lent_reads: opts.lent_reads,
         };
         match self {
             Peer::Server(listener) => listener.accept(&stream_opts).await,
@@ -149,6 +152,7 @@ async fn session(
     match peer.open(opts, tuning).await? {
         Connection::Tcp(mut stream) => run_tests(&mut stream, peer.is_client(), xfers, tests).await,
         Connection::Rdma(mut stream) => {
+            xfers.lent_reads = opts.lent_reads;
             if opts.zero_copy {
                 // Registered in the stream's device context, as write_region requires.
                 xfers.zero_copy = Some(stream.context().reg_msgs(xfers.max_size())?);

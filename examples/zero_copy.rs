@@ -1,20 +1,22 @@
-//! Streams from registered memory without a copy: the client fills buffers from a registered
-//! pool and hands each to `RStream::write_region`, which RDMA-writes it straight into the
-//! server's receive ring. On the wire it is ordinary rsockets data: the server is a plain
-//! `RStream` reader (a C rsockets peer would do as well).
+//! Streams without a copy on either side: the client fills buffers from a registered pool and
+//! hands each to `RStream::write_region`, which RDMA-writes it straight into the server's
+//! receive ring; the server borrows the bytes where they landed (`RStream::read_lent_exact`,
+//! with `RStreamOptions::zero_copy_reads`) and checksums them in place. On the wire it is
+//! ordinary rsockets data (a C rsockets peer could be either side of it, speaking this framing:
+//! an 8-byte little-endian length, then the bytes).
 //!
 //!     zero_copy server ADDR                 read one stream to its end, then report
 //!     zero_copy client ADDR MIB [CHUNK]     send MIB MiB in CHUNK-byte regions (default 256 KiB)
 //!
 //! Both print the byte count and an FNV-1a checksum; the client also prints how many bytes went
-//! by zero copy and its throughput.
+//! by zero copy and its throughput, the server how many it read without a copy.
 
 use std::io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
 use rdma_async::device::PoolOptions;
-use rdma_async::stream::{RListener, RStream};
+use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -24,20 +26,28 @@ mod fnv;
 use fnv::{FNV_OFFSET, fnv1a};
 
 async fn server(addr: SocketAddr) -> Result<(), BoxError> {
-    let listener = RListener::bind(addr).await?;
+    let listener = RListener::bind_with(addr, RStreamOptions::new().zero_copy_reads(true)).await?;
     println!("listening on {}", listener.local_addr()?);
     let (mut stream, _) = listener.accept().await?;
-    let mut buf = vec![0; 1 << 20];
-    let (mut total, mut checksum) = (0u64, FNV_OFFSET);
-    loop {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            break;
-        }
-        total += n as u64;
-        checksum = fnv1a(checksum, &buf[..n]);
+    let mut len = [0u8; 8];
+    stream.read_exact(&mut len).await?;
+    let total = u64::from_le_bytes(len);
+    let (mut received, mut checksum) = (0u64, FNV_OFFSET);
+    while received < total {
+        let want = usize::try_from(total - received).unwrap_or(usize::MAX);
+        // Up to the end of a half of the ring; in place when the ring allows it.
+        let piece = stream.read_lent_exact(want).await?;
+        checksum = fnv1a(checksum, &piece);
+        received += piece.len() as u64;
     }
-    println!("received {total} bytes fnv1a={checksum:016x}");
+    let mut rest = [0u8; 1];
+    if stream.read(&mut rest).await? != 0 {
+        return Err("the client sent more than it announced".into());
+    }
+    println!(
+        "received {received} bytes fnv1a={checksum:016x} lent_bytes={}",
+        stream.stats().lent_bytes
+    );
     Ok(())
 }
 
@@ -51,6 +61,7 @@ async fn client(addr: SocketAddr, mib: usize, chunk: usize) -> Result<(), BoxErr
     let total = mib << 20;
     let (mut sent, mut checksum) = (0usize, FNV_OFFSET);
     let started = Instant::now();
+    stream.write_all(&(total as u64).to_le_bytes()).await?;
     while sent < total {
         let len = (total - sent).min(chunk);
         let mut region = pool.get(len).await?;

@@ -52,6 +52,22 @@ pub trait Stream: AsyncRead + AsyncWrite + Unpin {
             (Err(e), Some(region))
         }
     }
+
+    /// Receives `size` bytes by borrowing them in the receive ring, checking each piece
+    /// against `pattern` (`-T v`) in place.
+    fn recv_lent(
+        &mut self,
+        size: usize,
+        pattern: Option<&mut Pattern>,
+    ) -> impl std::future::Future<Output = io::Result<()>> {
+        let _ = (size, pattern);
+        async {
+            Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "-T l needs an RDMA stream",
+            ))
+        }
+    }
 }
 
 impl Stream for tokio::net::TcpStream {}
@@ -67,6 +83,22 @@ impl Stream for rdma_async::stream::RStream {
     ) -> (io::Result<()>, Option<LocalRegion>) {
         rdma_async::stream::RStream::write_region(self, region, ..size).await
     }
+
+    async fn recv_lent(
+        &mut self,
+        size: usize,
+        mut pattern: Option<&mut Pattern>,
+    ) -> io::Result<()> {
+        let mut received = 0;
+        while received < size {
+            let bytes = self.read_lent_exact(size - received).await?;
+            if let Some(pattern) = pattern.as_deref_mut() {
+                pattern.check(&bytes)?;
+            }
+            received += bytes.len();
+        }
+        Ok(())
+    }
 }
 
 /// What outlives a connection: the buffer, the I/O mode and the `-T v` counters (which carry on
@@ -81,6 +113,8 @@ pub struct Transfers {
     /// `-T z`: sends go from this registered region (registered per connection, in its
     /// device context), not `buf`.
     pub zero_copy: Option<LocalRegion>,
+    /// `-T l`: receives borrow the bytes in the stream's ring.
+    pub lent_reads: bool,
 }
 
 impl Transfers {
@@ -100,6 +134,7 @@ impl Transfers {
             pattern: verify.then(Pattern::default),
             buf,
             zero_copy: None,
+            lent_reads: false,
         })
     }
 
@@ -128,7 +163,13 @@ impl Transfers {
         .map_err(|e| context("send", e))
     }
 
-    async fn recv<S: AsyncRead + Unpin>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+    async fn recv<S: Stream>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+        if self.lent_reads {
+            return stream
+                .recv_lent(size, self.pattern.as_mut())
+                .await
+                .map_err(|e| context("recv", e));
+        }
         let data = &mut self.buf[..size];
         match self.mode {
             IoMode::Blocking => stream.read_exact(data).await.map(drop),

@@ -54,6 +54,9 @@ pub struct Options {
     pub verify: bool,
     /// `-T z` (rdma-async only): sends from a registered region without a copy.
     pub zero_copy: bool,
+    /// `-T l` (rdma-async only): receives borrow the bytes in the receive ring
+    /// (`RStream::read_lent`) instead of copying them out.
+    pub lent_reads: bool,
     /// Options accepted but without effect here, to tell the user about.
     pub notes: Vec<String>,
 }
@@ -77,6 +80,7 @@ impl Default for Options {
             mode: IoMode::NonBlocking,
             verify: false,
             zero_copy: false,
+            lent_reads: false,
             notes: Vec::new(),
         }
     }
@@ -141,7 +145,7 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
 /// One `-T` value: a single letter, or a word that the value must start with (case-insensitive,
 /// so "nonblocking" is "nonblock"), as rstream.c's `set_test_opt` reads it.
 fn test_option(value: &str, opts: &mut Options) -> Result<(), String> {
-    const WORDS: [(&str, char); 8] = [
+    const WORDS: [(&str, char); 9] = [
         ("socket", 's'),
         ("async", 'a'),
         ("block", 'b'),
@@ -150,6 +154,7 @@ fn test_option(value: &str, opts: &mut Options) -> Result<(), String> {
         ("verify", 'v'),
         ("fork", 'f'),
         ("zerocopy", 'z'),
+        ("lent", 'l'),
     ];
     let mut letters = value.chars();
     let letter = match (letters.next(), letters.next()) {
@@ -167,6 +172,7 @@ fn test_option(value: &str, opts: &mut Options) -> Result<(), String> {
         'n' => opts.mode = IoMode::NonBlocking,
         'v' => opts.verify = true,
         'z' => opts.zero_copy = true,
+        'l' => opts.lent_reads = true,
         'a' => opts.notes.push(
             "-T a accepted: every transfer already waits for readiness through Tokio's reactor"
                 .into(),

@@ -25,6 +25,8 @@ pub struct StreamOptions {
     pub inline_size: Option<usize>,
     /// TCP keepalive idle time in seconds (`-k`), off when `None`.
     pub keepalive: Option<u32>,
+    /// `-T l`: a receive ring that lends its bytes (RDMA only).
+    pub lent_reads: bool,
 }
 
 /// Resolves `host` like rstream.c's `getaddrinfo`: the first answer is used, no fallback to the
@@ -205,7 +207,7 @@ fn rdma_options(opts: &StreamOptions) -> rdma_async::stream::RStreamOptions {
     if let Some(seconds) = opts.keepalive {
         options = options.keepalive(Duration::from_secs(u64::from(seconds)));
     }
-    options
+    options.zero_copy_reads(opts.lent_reads)
 }
 
 async fn listen_rdma(addr: SocketAddr) -> io::Result<RdmaListener> {

@@ -102,6 +102,7 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
         recv_cq.clone(),
         caps,
         vec![send_buf, recv_buf],
+        Vec::new(),
     )?;
     // Receives are posted before the handshake, so the peer may send as soon as it is connected.
     let recv_lent = (0..opts.recv_depth as usize)

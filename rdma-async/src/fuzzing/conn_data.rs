@@ -20,6 +20,7 @@ pub fn conn_data(bytes: &[u8]) {
                     rbuf_rkey: 1,
                     target_sgl_addr: 0x10_0000,
                     target_sgl_rkey: 2,
+                    ring_keys: None,
                 },
             );
             conn.handle_peer_conn_data(&data)

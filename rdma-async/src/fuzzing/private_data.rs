@@ -48,6 +48,7 @@ pub fn private_data(bytes: &[u8]) {
             rbuf_rkey: 1,
             target_sgl_addr: 0x10_0000,
             target_sgl_rkey: 2,
+            ring_keys: None,
         },
     );
     match ConnData::decode(data) {

@@ -7,8 +7,10 @@ use super::control::Control;
 use super::error::{ProtoError, ProtoErrorKind};
 use super::imm::{CtrlCode, Op};
 use super::plan::{ControlKind, ControlWrite, DataWrite};
-use super::receiver::{CreditUpdate, Receiver};
+use super::plan::{LendStep, WindowBind};
+use super::receiver::{CreditUpdate, Lend, Receiver};
 use super::ring::Segments;
+use super::ring_access::{Revoke, RingKeys};
 use super::sender::{Chunk, Sender, WriteBlocked, WriteCall};
 use super::sge::{ByteOrder, RsSge};
 use super::state::ConnState;
@@ -26,6 +28,9 @@ pub(crate) struct LocalLayout {
     pub(crate) target_sgl_addr: u64,
     /// rkey of the target SGL.
     pub(crate) target_sgl_rkey: u32,
+    /// For a ring that lends received bytes (zero-copy reads): each half's own keys, which
+    /// replace `rbuf_rkey` in every grant.
+    pub(crate) ring_keys: Option<RingKeys>,
 }
 
 /// Bytes of the target SGL memory the driver registers: `RS_SGL_SIZE` entries of 16 bytes (we
@@ -100,12 +105,18 @@ impl Connection {
     pub(crate) fn new(config: Config, layout: LocalLayout) -> Self {
         Self {
             sender: Sender::new(&config),
-            receiver: Receiver::new(
-                layout.rbuf_addr,
-                layout.rbuf_rkey,
-                config.rbuf_size(),
-                config.credits(),
-            ),
+            receiver: {
+                let receiver = Receiver::new(
+                    layout.rbuf_addr,
+                    layout.rbuf_rkey,
+                    config.rbuf_size(),
+                    config.credits(),
+                );
+                match layout.ring_keys {
+                    Some(keys) => receiver.with_ring_keys(keys),
+                    None => receiver,
+                }
+            },
             config,
             layout,
             state: ConnState::default(),
@@ -127,7 +138,7 @@ impl Connection {
             self.layout.target_sgl_addr,
             self.layout.target_sgl_rkey,
             self.layout.rbuf_addr,
-            self.layout.rbuf_rkey,
+            self.receiver.first_grant_key(),
             self.receiver.half(),
         )
     }
@@ -283,6 +294,10 @@ impl Connection {
                     self.control.release();
                     disconnect_done |= kind == ControlKind::Ctrl(CtrlCode::Disconnect);
                 }
+                SendKind::Bind { .. } => {}
+                // A flushed invalidation revoked nothing; the connection is failing anyway.
+                SendKind::Invalidate { half, key } if ok => self.receiver.revoked(half, key),
+                SendKind::Invalidate { .. } => {}
             }
             last = Some(kind);
         }
@@ -429,6 +444,17 @@ impl Connection {
         }
     }
 
+    /// How many bytes can be read now.
+    pub(crate) fn read_status_len(&self) -> usize {
+        self.receiver.readable_len()
+    }
+
+    /// Bytes from the read position to the end of its half of the receive ring: the most one
+    /// lent piece can hold.
+    pub(crate) fn lend_limit(&self) -> usize {
+        self.receiver.to_half_end()
+    }
+
     /// The readable bytes as receive-ring offsets, in stream order (copy source).
     pub(crate) fn readable_segments(&self) -> Segments {
         self.receiver.readable_segments()
@@ -437,6 +463,35 @@ impl Connection {
     /// The application consumed `n` readable bytes (after copying them out).
     pub(crate) fn consume(&mut self, n: usize) -> Result<(), ProtoError> {
         self.receiver.consume(n)
+    }
+
+    /// Whether the bytes at the read position can be lent to the application without a copy,
+    /// and what the driver must do first (zero-copy reads). Once the connection is no longer
+    /// connected nothing is revoked any more (a failed queue pair completes no invalidation):
+    /// what cannot be lent already is copied.
+    pub(crate) fn lend(&mut self) -> LendStep {
+        let connected = self.state.connected && self.state.error.is_none();
+        match self.receiver.lend() {
+            Lend::Empty => LendStep::Empty,
+            Lend::Ready { offset, len } => LendStep::Ready {
+                offset: offset as usize,
+                len: len as usize,
+            },
+            Lend::Copy => LendStep::Copy,
+            _ if !connected => LendStep::Copy,
+            Lend::Revoking => LendStep::Wait,
+            Lend::Revoke(Revoke::Deregister { half, key }) => LendStep::Deregister { half, key },
+            Lend::Revoke(Revoke::Invalidate { half, key }) => LendStep::Invalidate {
+                wr_id: self.sends.push(SendKind::Invalidate { half, key }),
+                half,
+                key,
+            },
+        }
+    }
+
+    /// The deregistration [`LendStep::Deregister`] asked for is done.
+    pub(crate) fn deregistered(&mut self, half: usize, key: u32) {
+        self.receiver.revoked(half, key);
     }
 
     // ---- control messages ----------------------------------------------------------------
@@ -461,14 +516,17 @@ impl Connection {
         if let Some(code) = self.control.pop_pending() {
             return Some(self.plan_ctrl(code));
         }
-        let (kind, payload, remote_addr, rkey, imm) = match self.receiver.take_credit_update() {
+        let (bind, kind, payload, remote_addr, rkey, imm) = match self.receiver.take_credit_update()
+        {
             CreditUpdate::Sgl {
                 slot,
                 payload,
                 remote_addr,
                 rkey,
                 limit,
+                bind,
             } => (
+                bind,
                 ControlKind::SglUpdate { slot, limit },
                 Some(payload),
                 remote_addr,
@@ -476,6 +534,7 @@ impl Connection {
                 Op::Sgl(limit).encode(),
             ),
             CreditUpdate::Credits { limit } => (
+                None,
                 ControlKind::Credits { limit },
                 None,
                 0,
@@ -483,7 +542,16 @@ impl Connection {
                 Op::Sgl(limit).encode(),
             ),
         };
-        Some(self.plan_control(kind, Some(imm), payload, remote_addr, rkey))
+        // The bind goes first in the send queue, so the window is bound (under the key the
+        // update names) before the peer can learn it.
+        let bind = bind.map(|b| WindowBind {
+            wr_id: self.sends.push(SendKind::Bind { half: b.half }),
+            half: b.half,
+            rkey: b.rkey,
+        });
+        let mut write = self.plan_control(kind, Some(imm), payload, remote_addr, rkey);
+        write.bind = bind;
+        Some(write)
     }
 
     fn plan_ctrl(&mut self, code: CtrlCode) -> ControlWrite {
@@ -524,6 +592,7 @@ impl Connection {
             rkey,
             inline: self.config.inline_size() as usize >= RS_MAX_CTRL_MSG,
             ctrl_slot,
+            bind: None,
         }
     }
 
@@ -673,7 +742,7 @@ impl Connection {
     }
 
     /// What is left of the buffer the peer granted in our target SGL slot `slot`.
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
         self.sender.target_slot(slot)
     }

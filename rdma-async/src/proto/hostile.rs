@@ -178,6 +178,7 @@ impl Local {
             rbuf_rkey: RBUF_RKEY,
             target_sgl_addr: TSGL_ADDR,
             target_sgl_rkey: TSGL_RKEY,
+            ring_keys: None,
         };
         let conn = Connection::new(config, layout);
         let config = *conn.config();

@@ -35,6 +35,7 @@ mod imm;
 mod plan;
 mod receiver;
 mod ring;
+mod ring_access;
 mod sender;
 mod sge;
 mod state;
@@ -49,7 +50,8 @@ pub(crate) use config::Config;
 pub(crate) use conn_data::ConnData;
 pub(crate) use connection::{Connection, LocalLayout, ReadStatus, TARGET_SGL_BYTES, WriteError};
 pub(crate) use error::{ProtoError, ProtoErrorKind};
-pub(crate) use plan::DataWrite;
+pub(crate) use plan::{DataWrite, LendStep};
+pub(crate) use ring_access::RingKeys;
 pub(crate) use sender::WriteCall;
 pub(crate) use wr::WR_ID_RECV_FLAG;
 

@@ -54,6 +54,36 @@ pub(crate) enum ControlKind {
     Ctrl(CtrlCode),
 }
 
+/// A memory-window bind to post right before the control write that carries it: it gives the
+/// window over receive-ring half `half` the key `rkey` (zero-copy reads). Unsignaled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct WindowBind {
+    /// The work-request id to post with.
+    pub(crate) wr_id: u64,
+    pub(crate) half: usize,
+    pub(crate) rkey: u32,
+}
+
+/// What the driver does for a zero-copy read (`Connection::lend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LendStep {
+    /// View `len` bytes at ring offset `offset`; `consume` them when done. No peer can write
+    /// them until then.
+    Ready { offset: usize, len: usize },
+    /// Deregister half `half`'s first registration, call `Connection::deregistered(half, key)`,
+    /// and ask again.
+    Deregister { half: usize, key: u32 },
+    /// Post a signaled local invalidation of window key `key` (over half `half`) with `wr_id`;
+    /// ask again after its completion was handled.
+    Invalidate { wr_id: u64, half: usize, key: u32 },
+    /// A revocation is under way: wait for completions, then ask again.
+    Wait,
+    /// Copy the bytes instead (the peer is still filling their half, or the connection ended).
+    Copy,
+    /// Nothing is readable.
+    Empty,
+}
+
 /// A control message: credits, a receive-buffer grant, or a CTRL message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ControlWrite {
@@ -78,4 +108,6 @@ pub(crate) struct ControlWrite {
     /// `0..RS_QP_CTRL_SIZE`: which 16-byte registered control buffer to use when not inline.
     /// A slot is reused only after the message that used it completed.
     pub(crate) ctrl_slot: usize,
+    /// A window bind to post first (SGL updates of a zero-copy ring only).
+    pub(crate) bind: Option<WindowBind>,
 }

@@ -11,6 +11,7 @@ use std::collections::VecDeque;
 
 use super::error::ProtoError;
 use super::ring::Segments;
+use super::ring_access::{Bind, Revoke, RingAccess, RingKeys};
 use super::sge::{ByteOrder, RsSge};
 
 /// A buffer granted to the peer and how much of it the peer has filled.
@@ -43,9 +44,29 @@ pub(crate) enum CreditUpdate {
         remote_addr: u64,
         rkey: u32,
         limit: u16,
+        /// A window bind to post before this update (zero-copy rings only).
+        bind: Option<Bind>,
     },
     /// Only the new limit: a 0-byte write with immediate.
     Credits { limit: u16 },
+}
+
+/// What [`Receiver::lend`] found at the read position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lend {
+    /// `len` bytes at ring offset `offset` are readable and no peer can write them: they may
+    /// be viewed until `consume`d.
+    Ready { offset: u32, len: u32 },
+    /// The bytes are in a half the peer has filled but may still write: carry out this
+    /// revocation, then ask again.
+    Revoke(Revoke),
+    /// A revocation of that half is under way: ask again once it finished.
+    Revoking,
+    /// The bytes are in a half the peer is still filling (or the ring is not set up for
+    /// lending): copy them.
+    Copy,
+    /// Nothing is readable.
+    Empty,
 }
 
 /// Receiver state.
@@ -77,6 +98,8 @@ pub(crate) struct Receiver {
     msgs_received: u16,
     /// The newest send limit we gave the peer (initially the credits in our conn data).
     credit_limit: u16,
+    /// Who may write each half, when the ring lends bytes (zero-copy reads).
+    access: Option<RingAccess>,
 }
 
 impl Receiver {
@@ -108,6 +131,54 @@ impl Receiver {
             grants,
             msgs_received: 0,
             credit_limit: rq_size,
+            access: None,
+        }
+    }
+
+    /// Grants each half through its own keys, so that a half can be revoked and lent
+    /// ([`Self::lend`]).
+    pub(crate) fn with_ring_keys(mut self, keys: RingKeys) -> Self {
+        self.rbuf_rkey = keys.initial[0];
+        self.access = Some(RingAccess::new(keys));
+        self
+    }
+
+    /// The key of the first grant (of the first half), for the connection data.
+    pub(crate) fn first_grant_key(&self) -> u32 {
+        self.rbuf_rkey
+    }
+
+    /// Whether the bytes at the read position can be lent, and what stands in the way.
+    pub(crate) fn lend(&mut self) -> Lend {
+        if self.readable == 0 {
+            return Lend::Empty;
+        }
+        let Some(access) = &mut self.access else {
+            return Lend::Copy;
+        };
+        let half = (self.rbuf_offset / self.half) as usize;
+        let start = half as u32 * self.half;
+        // A grant of this half not yet filled: the peer is still writing it.
+        if self.grants.iter().any(|g| g.offset == start) {
+            return Lend::Copy;
+        }
+        if access.is_revoked(half) {
+            let len = self.readable.min(start + self.half - self.rbuf_offset);
+            return Lend::Ready {
+                offset: self.rbuf_offset,
+                len,
+            };
+        }
+        match access.begin_revoke(half) {
+            Some(revoke) => Lend::Revoke(revoke),
+            None => Lend::Revoking,
+        }
+    }
+
+    /// A revocation [`Self::lend`] asked for finished.
+    pub(crate) fn revoked(&mut self, half: usize, key: u32) {
+        if let Some(access) = &mut self.access {
+            access.revoked(half, key);
         }
     }
 
@@ -184,6 +255,11 @@ impl Receiver {
         Segments::in_ring(self.rbuf_offset, self.readable, self.rbuf_size)
     }
 
+    /// Bytes from the read position to the end of its half of the ring.
+    pub(crate) fn to_half_end(&self) -> usize {
+        (self.half - self.rbuf_offset % self.half) as usize
+    }
+
     /// How many bytes can be read now.
     pub(crate) fn readable_len(&self) -> usize {
         self.readable as usize
@@ -242,11 +318,15 @@ impl Receiver {
         self.credit_limit = limit;
         match self.peer_sgl {
             Some(peer) if self.sgl_update_possible() => {
+                let (key, bind) = match &mut self.access {
+                    Some(access) => access.grant((self.rbuf_free_offset / self.half) as usize),
+                    None => (self.rbuf_rkey, None),
+                };
                 let sge = RsSge {
                     addr: self
                         .rbuf_addr
                         .wrapping_add(u64::from(self.rbuf_free_offset)),
-                    key: self.rbuf_rkey,
+                    key,
                     length: self.half,
                 };
                 let slot = self.remote_sge;
@@ -268,6 +348,7 @@ impl Receiver {
                     remote_addr: peer.addr.wrapping_add(u64::from(slot) * RsSge::LEN as u64),
                     rkey: peer.key,
                     limit,
+                    bind,
                 }
             }
             _ => CreditUpdate::Credits { limit },
@@ -308,7 +389,9 @@ mod tests {
                 remote_addr,
                 rkey,
                 limit,
+                bind,
             } => {
+                assert_eq!(bind, None);
                 assert_eq!(slot, 1);
                 assert_eq!(remote_addr, 0x6000_0010);
                 assert_eq!(rkey, 0x42);
@@ -326,6 +409,88 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(!r.credit_update_due());
+    }
+
+    fn lending_receiver(rbuf: u32) -> Receiver {
+        let keys = RingKeys {
+            initial: [0x1100, 0x2200],
+            window: [0x3300, 0x4400],
+        };
+        let mut r = Receiver::new(0x5000_0000, 0x99, rbuf, 16).with_ring_keys(keys);
+        r.set_peer_sgl(0x6000_0000, 0x42, 2, ByteOrder::Little);
+        r
+    }
+
+    fn granted(update: CreditUpdate) -> (RsSge, Option<Bind>) {
+        match update {
+            CreditUpdate::Sgl { payload, bind, .. } => {
+                (RsSge::from_bytes(payload, ByteOrder::Little), bind)
+            }
+            other => panic!("expected a grant, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_lending_ring_grants_each_half_with_its_own_keys_and_lends_only_revoked_full_halves() {
+        let mut r = lending_receiver(8192);
+        assert_eq!(r.first_grant_key(), 0x1100);
+        assert_eq!(r.lend(), Lend::Empty);
+        // The second half goes out with its own first registration's key; no bind.
+        let (sge, bind) = granted(r.take_credit_update());
+        assert_eq!((sge.addr, sge.key, bind), (0x5000_1000, 0x2200, None));
+        // Half 0 partly filled: the peer may still write it, so the bytes are copied.
+        r.on_data(1000).unwrap();
+        assert_eq!(r.lend(), Lend::Copy);
+        // Filled: its first registration must go before anything is lent; once.
+        r.on_data(3096).unwrap();
+        let revoke = Revoke::Deregister {
+            half: 0,
+            key: 0x1100,
+        };
+        assert_eq!(r.lend(), Lend::Revoke(revoke));
+        assert_eq!(r.lend(), Lend::Revoking);
+        r.revoked(0, 0x1100);
+        assert_eq!(
+            r.lend(),
+            Lend::Ready {
+                offset: 0,
+                len: 4096
+            }
+        );
+        // Half 1 fills too; after half 0 is consumed, half 0 is granted again through its
+        // window, bound first under a new key.
+        r.on_data(100).unwrap();
+        r.consume(4096).unwrap();
+        assert_eq!(r.lend(), Lend::Copy, "half 1 is still being filled");
+        let (sge, bind) = granted(r.take_credit_update());
+        assert_eq!((sge.addr, sge.key), (0x5000_0000, 0x3301));
+        assert_eq!(
+            bind,
+            Some(Bind {
+                half: 0,
+                rkey: 0x3301
+            })
+        );
+        // The window is what a lend of half 0 revokes next time.
+        r.on_data(3996).unwrap();
+        r.consume(4096).unwrap();
+        r.on_data(4096).unwrap();
+        assert_eq!(
+            r.lend(),
+            Lend::Revoke(Revoke::Invalidate {
+                half: 0,
+                key: 0x3301
+            })
+        );
+    }
+
+    #[test]
+    fn a_plain_ring_copies() {
+        let mut r = receiver(8192, 16);
+        r.on_data(4096).unwrap();
+        assert_eq!(r.lend(), Lend::Copy);
+        let (sge, bind) = granted(r.take_credit_update());
+        assert_eq!((sge.key, bind), (0x99, None));
     }
 
     #[test]

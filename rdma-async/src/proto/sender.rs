@@ -391,7 +391,7 @@ impl Sender {
     }
 
     /// The local copy of target SGL slot `slot` (what is left of the granted buffer).
-    #[cfg(test)]
+    #[cfg(any(test, feature = "test-hooks"))]
     pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
         self.target_sgl.get(slot).copied()
     }

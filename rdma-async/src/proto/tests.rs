@@ -8,6 +8,7 @@ const LAYOUT: LocalLayout = LocalLayout {
     rbuf_rkey: 0x11,
     target_sgl_addr: 0x2000_0000,
     target_sgl_rkey: 0x22,
+    ring_keys: None,
 };
 
 fn peer_data(flags: u8) -> ConnData {
@@ -295,4 +296,82 @@ fn segments_and_sizes_are_exposed() {
     );
     let c = Connection::new(Config::new(), LAYOUT);
     assert_eq!(c.config().rq_size(), 384);
+}
+
+/// A connection whose 8 KiB ring lends its bytes: each half with its own keys.
+fn lending_connection() -> Connection {
+    let layout = LocalLayout {
+        ring_keys: Some(RingKeys {
+            initial: [0x1100, 0x2200],
+            window: [0x3300, 0x4400],
+        }),
+        ..LAYOUT
+    };
+    Connection::new(Config::new().with_rbuf_size(8192), layout)
+}
+
+#[test]
+fn a_lending_ring_revokes_before_it_lends_and_binds_before_it_grants() {
+    let mut c = lending_connection();
+    assert_eq!(c.local_conn_data().data_buf.key, 0x1100, "half 0's own key");
+    c.handle_peer_conn_data(&peer_data(0)).unwrap();
+    let order = ByteOrder::Little;
+    // Half 1 goes out under its own first key, with no bind.
+    let cw = c.poll_control().expect("the first grant");
+    assert_eq!(cw.bind, None);
+    assert_eq!(RsSge::from_bytes(cw.payload.unwrap(), order).key, 0x2200);
+    assert_eq!(c.lend(), LendStep::Empty);
+    // Half 0 filled: its first registration goes, then it is lent.
+    let data = |len: u32| Some(Op::Data(len).encode());
+    c.handle_recv_completion(data(4096), 4096, no_slot).unwrap();
+    assert_eq!(
+        c.lend(),
+        LendStep::Deregister {
+            half: 0,
+            key: 0x1100
+        }
+    );
+    assert_eq!(c.lend(), LendStep::Wait, "one revocation at a time");
+    c.deregistered(0, 0x1100);
+    assert_eq!(
+        c.lend(),
+        LendStep::Ready {
+            offset: 0,
+            len: 4096
+        }
+    );
+    // Given back: half 0 is granted again through its window, bound first (earlier in the
+    // send queue, so under a smaller work-request serial).
+    c.consume(4096).unwrap();
+    let cw = c.poll_control().expect("half 0 again");
+    let bind = cw.bind.expect("a bind before the grant");
+    assert_eq!((bind.half, bind.rkey), (0, 0x3301));
+    assert!((bind.wr_id as u32) < (cw.wr_id as u32));
+    assert_eq!(RsSge::from_bytes(cw.payload.unwrap(), order).key, 0x3301);
+    // Half 1 then half 0 fill; half 1 is lent after its first key goes, half 0 after its
+    // window's invalidation completes.
+    c.handle_recv_completion(data(4096), 4096, no_slot).unwrap();
+    assert!(matches!(c.lend(), LendStep::Deregister { half: 1, .. }));
+    c.deregistered(1, 0x2200);
+    assert!(matches!(c.lend(), LendStep::Ready { offset: 4096, .. }));
+    c.consume(4096).unwrap();
+    while c.poll_control().is_some() {}
+    c.handle_recv_completion(data(4096), 4096, no_slot).unwrap();
+    let LendStep::Invalidate { wr_id, half, key } = c.lend() else {
+        panic!("half 0 is reachable through its window");
+    };
+    assert_eq!((half, key), (0, 0x3301));
+    assert_eq!(c.lend(), LendStep::Wait);
+    c.handle_send_completion(wr_id, true).unwrap();
+    assert!(matches!(c.lend(), LendStep::Ready { offset: 0, .. }));
+}
+
+#[test]
+fn a_failed_connection_copies_what_it_cannot_lend() {
+    let mut c = lending_connection();
+    c.handle_peer_conn_data(&peer_data(0)).unwrap();
+    c.handle_recv_completion(Some(Op::Data(4096).encode()), 4096, no_slot)
+        .unwrap();
+    c.handle_fatal(ProtoError::new(ProtoErrorKind::SendFailed, "gone"));
+    assert_eq!(c.lend(), LendStep::Copy);
 }

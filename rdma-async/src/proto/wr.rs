@@ -19,6 +19,7 @@ pub(crate) const WR_ID_RECV_FLAG: u64 = 1 << 63;
 const TAG_SHIFT: u32 = 56;
 const TAG_DATA: u64 = 0x01 << TAG_SHIFT;
 const TAG_CONTROL: u64 = 0x02 << TAG_SHIFT;
+const TAG_WINDOW: u64 = 0x03 << TAG_SHIFT;
 
 /// What an outstanding send was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,6 +28,10 @@ pub(crate) enum SendKind {
     Data { len: u32 },
     /// A control message (charged to one control slot).
     Control(ControlKind),
+    /// A bind of the window over receive-ring half `half` (zero-copy reads).
+    Bind { half: usize },
+    /// A local invalidation of the window key `key` over half `half` (zero-copy reads).
+    Invalidate { half: usize, key: u32 },
 }
 
 /// Outstanding sends in post order.
@@ -42,6 +47,7 @@ impl SendQueue {
         let tag = match kind {
             SendKind::Data { .. } => TAG_DATA,
             SendKind::Control(_) => TAG_CONTROL,
+            SendKind::Bind { .. } | SendKind::Invalidate { .. } => TAG_WINDOW,
         };
         let wr_id = tag | u64::from(self.next_serial);
         self.next_serial = self.next_serial.wrapping_add(1);

@@ -30,6 +30,30 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # Without copies
+//!
+//! [`RStream::write_region`] sends a registered region's bytes by RDMA write straight into the
+//! peer's ring. With [`RStreamOptions::zero_copy_reads`], [`RStream::read_lent`] and
+//! [`RStream::read_lent_exact`] hand out received bytes where they landed, in the receive ring
+//! ([`LentBytes`]): the peer's access to that half of the ring is revoked first, so nothing can
+//! change the bytes while you hold them, and dropping them returns the space and the peer's
+//! credits. The peer cannot tell either apart from ordinary rsockets traffic.
+//!
+//! ```no_run
+//! use rdma_async::stream::{RStream, RStreamOptions};
+//!
+//! # async fn demo() -> std::io::Result<()> {
+//! let options = RStreamOptions::new().zero_copy_reads(true);
+//! let mut stream = RStream::connect_with("10.77.0.1:7471", &options).await?;
+//! // A 1 MiB message: pieces end where a half of the ring ends.
+//! let mut left = 1 << 20;
+//! while left > 0 {
+//!     let piece = stream.read_lent_exact(left).await?;
+//!     left -= piece.len(); // use `&piece[..]` in place; dropping it gives the space back
+//! }
+//! # Ok(()) }
+//! ```
+//!
 //! # Options, accepting, descriptors and errors
 //!
 //! [`RStreamOptions`] carries rsockets' knobs: ring sizes (`SO_SNDBUF`/`SO_RCVBUF`; rsockets' `n`
@@ -87,6 +111,8 @@
 //! `greeter_client.rs` (tonic; unary and server-streaming, generated from
 //! `examples/proto/greeter.proto` with a vendored protoc, so no system protoc is needed).
 
+mod lending_ring;
+mod lent_bytes;
 mod listener;
 mod options;
 mod region_write;
@@ -97,6 +123,7 @@ mod stats;
 mod stream_core;
 mod write_probe;
 
+pub use lent_bytes::LentBytes;
 pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;
 pub use rstream::RStream;

@@ -26,6 +26,7 @@ pub struct RStreamOptions {
     pub(crate) busy_poll: Duration,
     pub(crate) dial: DialOptions,
     pub(crate) keepalive: Option<Duration>,
+    pub(crate) zero_copy_reads: bool,
 }
 
 impl Default for RStreamOptions {
@@ -63,6 +64,7 @@ impl RStreamOptions {
             busy_poll: Duration::from_micros(read_number(dir, "polling_time").unwrap_or(10)),
             dial: DialOptions::default(),
             keepalive: None,
+            zero_copy_reads: false,
         }
     }
 
@@ -119,6 +121,18 @@ impl RStreamOptions {
     /// `TCP_KEEPIDLE`).
     pub fn keepalive(mut self, interval: Duration) -> Self {
         self.keepalive = Some(interval);
+        self
+    }
+
+    /// Sets the receive ring up for [`RStream::read_lent`](super::RStream::read_lent): each half
+    /// of the ring is granted to the peer through keys of its own (a registration of that half
+    /// at first, a memory window later), so that a half the peer has filled can be revoked and
+    /// its bytes lent to the reader without a copy. Off by default: it takes four more
+    /// registrations and two memory windows per stream, and a device with memory windows
+    /// (connecting fails with `Unsupported` on one without). The peer cannot tell: grants carry
+    /// their key, which rsockets reads for every write.
+    pub fn zero_copy_reads(mut self, on: bool) -> Self {
+        self.zero_copy_reads = on;
         self
     }
 

@@ -11,6 +11,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
+use super::lent_bytes::LentBytes;
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
@@ -330,6 +331,51 @@ impl RStream {
         self.inner.peek(buf).await
     }
 
+    /// Reads up to `max` bytes without copying where the bytes allow it: waits for received
+    /// bytes and lends them to you in the stream's receive ring ([`LentBytes::is_lent`]);
+    /// dropping the [`LentBytes`] gives the space, and the peer's credits, back. Empty at end
+    /// of stream. A lent piece ends at the end of its half of the ring.
+    ///
+    /// Needs [`RStreamOptions::zero_copy_reads`](super::RStreamOptions::zero_copy_reads);
+    /// without it, and for bytes in a half of the ring the peer is still filling (half the
+    /// receive buffer), the bytes are copied out instead, so a reader keeping up with a slow
+    /// writer mostly copies, and one that falls behind by half a ring mostly borrows. Before the first bytes of a half are lent, the peer's access to
+    /// that half is revoked (a local invalidation on the send queue, or, the first time, a
+    /// deregistration), so no peer can write what you are reading.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error, as for a read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed until a returned [`LentBytes`] is dropped (or, for
+    /// copied bytes, returned).
+    pub async fn read_lent(&mut self, max: usize) -> io::Result<LentBytes<'_>> {
+        self.inner.core().read_lent(max.max(1), false).await
+    }
+
+    /// Reads the next `len` bytes, or as many of them as lie before the end of their half of
+    /// the receive ring (call again for the rest), waiting for all of them as
+    /// `read_exact` does; lends them without a copy when the ring allows (see
+    /// [`Self::read_lent`]). A reader that knows how much it wants (a framed protocol, a
+    /// transfer of known size) borrows nearly every byte this way even when it keeps up with
+    /// the writer: it waits for the bytes it would wait for anyway, and a half it asks to the
+    /// end of is one the writer has filled.
+    ///
+    /// # Errors
+    ///
+    /// `UnexpectedEof` when the stream ends first; otherwise the connection's error, as for a
+    /// read.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is consumed until a returned [`LentBytes`] is dropped (or, for
+    /// copied bytes, returned).
+    pub async fn read_lent_exact(&mut self, len: usize) -> io::Result<LentBytes<'_>> {
+        self.inner.core().read_lent(len.max(1), true).await
+    }
+
     /// Waits until a read would not block (data, EOF or an error); usually paired with
     /// [`Self::try_read`].
     ///
@@ -435,6 +481,38 @@ impl RStream {
         self.inner.core().send_raw_immediate(imm)
     }
 
+    /// Test hook: bytes received and not yet read.
+    ///
+    /// # Errors
+    ///
+    /// Polling the completion queue failed.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __readable_len(&self) -> io::Result<usize> {
+        self.inner.core().readable_len()
+    }
+
+    /// Test hook: the address the peer's grant in our target SGL slot `slot` takes the next
+    /// byte at, and its key.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __peer_grant(&self, slot: usize) -> Option<(u64, u32)> {
+        self.inner.core().peer_grant(slot)
+    }
+
+    /// Test hook: RDMA-writes `bytes` (inline) to `remote_addr` under `rkey`, outside the
+    /// protocol, and waits until the write completed (it breaks the stream: its completion is
+    /// not one the protocol expects). For a test of what a peer can still reach.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_post_send`.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn __raw_write(&self, remote_addr: u64, rkey: u32, bytes: &[u8]) -> io::Result<()> {
+        self.inner.core().raw_write(remote_addr, rkey, bytes).await
+    }
+
     /// Test hook: the rsockets connection data a connection request with `options` carries
     /// (its rings at made-up addresses), for a test that plays a client which sends a request
     /// and never completes the handshake (`cm::ParkedConnect`).
@@ -442,6 +520,7 @@ impl RStream {
     #[doc(hidden)]
     pub fn __request_data(options: &RStreamOptions) -> Vec<u8> {
         let layout = crate::proto::LocalLayout {
+            ring_keys: None,
             rbuf_addr: 0x1000,
             rbuf_rkey: 1,
             target_sgl_addr: 0x2000,

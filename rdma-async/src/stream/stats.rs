@@ -33,6 +33,9 @@ pub struct StreamStats {
     pub zero_copy_bytes: u64,
     /// Application bytes handed to readers.
     pub bytes_received: u64,
+    /// Of those, bytes lent from the receive ring without a copy
+    /// ([`RStream::read_lent`](super::RStream::read_lent)).
+    pub lent_bytes: u64,
     /// Probes sent while a writer waited for the peer's credits (counted in `control_writes`
     /// too): one per second of waiting, so a dead peer is noticed even without keepalive.
     pub write_probes: u64,

@@ -27,6 +27,8 @@ use std::task::{Context, Poll, Waker, ready};
 use tokio::io::ReadBuf;
 use tokio::task::coop;
 
+use super::lending_ring::{INITIAL_RANGE, WINDOW_RANGE, WINDOW_WRS, lending_ring};
+use super::lent_bytes::LentBytes;
 use super::options::RStreamOptions;
 use super::region_write::{LentBuffer, RegionWrite};
 use super::side_wakers::{Polling, Reading, SideWakers, Waiter};
@@ -36,7 +38,7 @@ use crate::cm::link::CmLink;
 use crate::device::DeviceContext;
 use crate::error::{StickyError, wc_error};
 use crate::proto::{
-    ConnData, Connection, DataWrite, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
+    ConnData, Connection, DataWrite, LendStep, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
     TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
 };
 use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, Woken};
@@ -80,7 +82,12 @@ pub(super) fn build(
         ..Access::default()
     };
     let sbuf = RegisteredBuffer::new(pd.clone(), config.sbuf_size() as usize, Access::default())?;
-    let rbuf = RegisteredBuffer::new(pd.clone(), config.rbuf_size() as usize, remote_write)?;
+    let (rbuf, windows, ring_keys) = if opts.zero_copy_reads {
+        lending_ring(&pd, config.rbuf_size() as usize)?
+    } else {
+        let rbuf = RegisteredBuffer::new(pd.clone(), config.rbuf_size() as usize, remote_write)?;
+        (rbuf, Vec::new(), None)
+    };
     let target_sgl = RegisteredBuffer::new(pd.clone(), TARGET_SGL_BYTES, remote_write)?;
     let ctrl = RegisteredBuffer::new(pd.clone(), CTRL_SLOT * CTRL_SLOTS, Access::default())?;
     let layout = LocalLayout {
@@ -88,9 +95,12 @@ pub(super) fn build(
         rbuf_rkey: rbuf.rkey(),
         target_sgl_addr: target_sgl.addr(0),
         target_sgl_rkey: target_sgl.rkey(),
+        ring_keys,
     };
+    // Room for the window binds and invalidations besides rsockets' own sends.
+    let window_wrs = if ring_keys.is_some() { WINDOW_WRS } else { 0 };
     let caps = QpCaps {
-        max_send_wr: config.sq_size(),
+        max_send_wr: config.sq_size() + window_wrs,
         max_recv_wr: config.rq_size(),
         max_inline_data: config.inline_size(),
         max_send_sge: 2,
@@ -102,6 +112,7 @@ pub(super) fn build(
         cq.clone(),
         caps,
         vec![sbuf, rbuf, target_sgl, ctrl],
+        windows,
     )?;
     // The provider may grant more inline room than asked; rsockets uses what it got.
     let config = config.with_inline_size(qp.max_inline_data());
@@ -140,6 +151,14 @@ fn invalid_conn_data(err: ProtoError, peer: SocketAddr) -> io::Error {
         io::ErrorKind::InvalidData,
         format!("{peer} sent invalid rsockets connection data: {err}"),
     )
+}
+
+/// What [`StreamCore::poll_lend`] found.
+enum LendOutcome {
+    /// Bytes of the ring to view: nothing but the CPU can write them until consumed.
+    View { offset: usize, len: usize },
+    /// Bytes copied out and consumed (empty: end of stream).
+    Copied(Vec<u8>),
 }
 
 /// Which side of the stream is waiting.
@@ -361,6 +380,9 @@ impl StreamCore {
                     tracing::warn!(parent: self.link.span(), error = %err, "send failed");
                     state.transport_error.set(err);
                 }
+                // A lending ring's invalidations unbind their windows in the queue pair's
+                // books too (it decides what may be viewed).
+                self.qp.window_completed(wc);
                 if let Err(e) = state.conn.handle_send_completion(wc.wr_id, ok) {
                     tracing::debug!(parent: self.link.span(), error = %e, "send completion ended the connection");
                 }
@@ -444,6 +466,17 @@ impl StreamCore {
         chain: &mut SendChain<'_>,
     ) -> io::Result<()> {
         while let Some(cw) = state.conn.poll_control() {
+            if let Some(bind) = cw.bind {
+                // Posted alone, after what was planned before it, so the window's new key can
+                // be recorded once the provider has read the old one.
+                self.post_chain(state, chain)?;
+                let target = (RBUF, WINDOW_RANGE[bind.half]);
+                if let Err(e) = self.qp.post_bind(bind.wr_id, bind.half, target, bind.rkey) {
+                    state.post_failed = true;
+                    return Err(self.fatal(state, e));
+                }
+                state.stats.post_send_calls += 1;
+            }
             let segment;
             let bytes = cw.payload.unwrap_or_default();
             let payload = match cw.payload {
@@ -858,6 +891,124 @@ impl StreamCore {
         Ok(())
     }
 
+    /// Waits for readable bytes and hands out up to `max` of them, lent when their half of the
+    /// ring can be (the peer's access to it is revoked first), copied out otherwise (their half
+    /// is still being filled, or the ring was not set up for lending).
+    ///
+    /// With `whole`, it first waits for the whole piece: `max` bytes, or the bytes to the end
+    /// of the half if fewer; end of stream before that is `UnexpectedEof`.
+    fn poll_lend(
+        &self,
+        cx: &mut Context<'_>,
+        max: usize,
+        whole: bool,
+    ) -> Poll<io::Result<LendOutcome>> {
+        let coop = ready!(coop::poll_proceed(cx));
+        let mut state = self.lock();
+        let outcome = loop {
+            ready!(self.pump(&mut state, Some(cx), Reading::PollFn))?;
+            if whole && state.conn.read_status_len() < max.min(state.conn.lend_limit()) {
+                match state.conn.read_status() {
+                    ReadStatus::Failed(e) => {
+                        return Poll::Ready(Err(self.failure(&state, Some(e))));
+                    }
+                    ReadStatus::Eof => {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!(
+                                "{} closed the stream before the {max} bytes asked for came",
+                                self.link.peer_addr()
+                            ),
+                        )));
+                    }
+                    ReadStatus::Data(_) | ReadStatus::Blocked => {
+                        ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?;
+                        continue;
+                    }
+                }
+            }
+            match state.conn.lend() {
+                LendStep::Ready { offset, len } => {
+                    break LendOutcome::View {
+                        offset,
+                        len: len.min(max),
+                    };
+                }
+                LendStep::Copy => {
+                    let len = state.conn.read_status_len().min(max);
+                    let mut bytes = vec![0; len];
+                    let mut buf = ReadBuf::new(&mut bytes);
+                    self.copy_out(&mut state, &mut buf, false)?;
+                    let n = buf.filled().len();
+                    bytes.truncate(n);
+                    break LendOutcome::Copied(bytes);
+                }
+                LendStep::Deregister { half, key } => {
+                    if let Err(e) = self.qp.deregister_range(RBUF, INITIAL_RANGE[half]) {
+                        return Poll::Ready(Err(self.fatal(&mut state, e)));
+                    }
+                    state.conn.deregistered(half, key);
+                }
+                LendStep::Invalidate { wr_id, half, key } => {
+                    if let Err(e) = self.qp.post_invalidate(wr_id, half, key) {
+                        state.post_failed = true;
+                        return Poll::Ready(Err(self.fatal(&mut state, e)));
+                    }
+                    state.stats.post_send_calls += 1;
+                    state.stats.signaled_sends += 1;
+                }
+                LendStep::Wait => {
+                    ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?;
+                }
+                LendStep::Empty => match state.conn.read_status() {
+                    ReadStatus::Eof
+                        if state.transport_error.is_set() && state.conn.is_disconnected() =>
+                    {
+                        return Poll::Ready(Err(self.failure(&state, None)));
+                    }
+                    ReadStatus::Eof => break LendOutcome::Copied(Vec::new()),
+                    ReadStatus::Failed(e) => {
+                        return Poll::Ready(Err(self.failure(&state, Some(e))));
+                    }
+                    // Data appeared since `lend` looked: look again.
+                    ReadStatus::Data(_) => {}
+                    ReadStatus::Blocked => {
+                        ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?;
+                    }
+                },
+            }
+        };
+        coop.made_progress();
+        Poll::Ready(Ok(outcome))
+    }
+
+    /// See [`super::RStream::read_lent`].
+    pub(super) async fn read_lent(&self, max: usize, whole: bool) -> io::Result<LentBytes<'_>> {
+        match poll_fn(|cx| self.poll_lend(cx, max, whole)).await? {
+            LendOutcome::Copied(bytes) => Ok(LentBytes::copied(bytes)),
+            LendOutcome::View { offset, len } => {
+                let view = self.qp.view(RBUF, offset, len).map_err(|e| {
+                    let mut state = self.lock();
+                    self.fatal(&mut state, e)
+                })?;
+                Ok(LentBytes::lent(view, self))
+            }
+        }
+    }
+
+    /// Lent bytes came back: consumed, which may return ring space and credits to the peer.
+    pub(super) fn consume_lent(&self, len: usize) {
+        let mut state = self.lock();
+        if let Err(e) = state.conn.consume(len) {
+            tracing::warn!(parent: self.link.span(), error = %e, "giving lent bytes back");
+            return;
+        }
+        state.stats.bytes_received += len as u64;
+        state.stats.lent_bytes += len as u64;
+        // An error ends the connection; the next call reports it.
+        let _ = self.post_controls(&mut state);
+    }
+
     /// Reads (or peeks) into `buf`; with no `cx`, returns `WouldBlock` instead of waiting.
     fn read(
         &self,
@@ -1077,6 +1228,55 @@ impl StreamCore {
             payload: Payload::Empty,
             signaled: false,
         })
+    }
+
+    /// Bytes received and not yet read, after handling what the completion queue holds (see
+    /// `RStream::__readable_len`).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn readable_len(&self) -> io::Result<usize> {
+        let mut state = self.lock();
+        self.pump_some(&mut state)?;
+        Ok(state.conn.read_status_len())
+    }
+
+    /// Where the peer's grant in our target SGL slot `slot` would take the next byte, and its
+    /// key (see `RStream::__peer_grant`).
+    #[cfg(feature = "test-hooks")]
+    pub(super) fn peer_grant(&self, slot: usize) -> Option<(u64, u32)> {
+        let state = self.lock();
+        state.conn.target_slot(slot).map(|sge| (sge.addr, sge.key))
+    }
+
+    /// Writes `bytes` (inline, at most the inline size) to `remote_addr` under `rkey`, outside
+    /// the protocol (see `RStream::__raw_write`); returns once the write completed.
+    #[cfg(feature = "test-hooks")]
+    pub(super) async fn raw_write(
+        &self,
+        remote_addr: u64,
+        rkey: u32,
+        bytes: &[u8],
+    ) -> io::Result<()> {
+        {
+            let _state = self.lock();
+            self.qp.post(&WorkRequest {
+                wr_id: 0,
+                opcode: Opcode::Write {
+                    remote_addr,
+                    rkey,
+                    imm: None,
+                },
+                payload: Payload::Inline(bytes),
+                signaled: true,
+            })?;
+        }
+        // Its completion (or the error that breaks the connection) shows in the stream's state.
+        let mut probe = [0u8; 1];
+        let _ = poll_fn(|cx| {
+            let mut buf = ReadBuf::new(&mut probe);
+            self.poll_read(cx, &mut buf, true)
+        })
+        .await;
+        Ok(())
     }
 
     /// Makes the next receive post fail (see `RStream::__fail_next_post_recv`).

@@ -16,6 +16,7 @@ use rdma_async_sys as sys;
 use super::foreign_memory::ForeignMemory;
 use super::mapping::Mapping;
 use super::protection_domain::ProtectionDomain;
+use super::range_registration::{self, RangeRegistrations};
 use super::resource_limits::{
     DeviceLimits, MEMORY_REGIONS, Memlock, Resource, injected_failure, registration_error,
 };
@@ -39,6 +40,11 @@ pub(crate) struct RegisteredBuffer {
     access: Access,
     mr: NonNull<sys::ibv_mr>,
     pd: Arc<ProtectionDomain>,
+    /// Registrations of parts of the memory, each with its own key and access.
+    ranges: RangeRegistrations,
+    /// Whether the registration lets local work requests write the memory (`false` only when
+    /// known to be registered without local write).
+    device_writable: bool,
 }
 
 /// Who frees the memory, and how.
@@ -232,7 +238,7 @@ fn registered(
 /// # Safety
 ///
 /// `mr` is a live registration, deregistered once.
-unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> bool {
+pub(super) unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> bool {
     // SAFETY: the caller guarantees the registration is live and deregistered once.
     let ok = unsafe { sys::ibv_dereg_mr(mr.as_ptr()) } == 0;
     if ok {
@@ -274,14 +280,16 @@ impl RegisteredBuffer {
                 return Err(err);
             }
         };
-        Ok(Self::assemble(
+        let mut buffer = Self::assemble(
             ptr,
             layout.size(),
             Backing::Allocated(layout),
             access,
             mr,
             pd,
-        ))
+        );
+        buffer.device_writable = reg.local_write;
+        Ok(buffer)
     }
 
     fn assemble(
@@ -300,7 +308,68 @@ impl RegisteredBuffer {
             access,
             mr,
             pd,
+            ranges: RangeRegistrations::default(),
+            device_writable: true,
         }
+    }
+
+    /// Whether anything may write `len` bytes at `offset` besides the CPU: a peer through the
+    /// registration or one of its parts, or a local work request.
+    pub(crate) fn may_be_written(&self, offset: usize, len: usize) -> bool {
+        self.access.is_remote()
+            || self.device_writable
+            || self.ranges.remotely_writable(offset, len)
+    }
+
+    /// A view of `len` bytes at `offset`, when [`Self::may_be_written`] is false for them (and
+    /// the CPU owns the memory); the caller keeps windows from being bound over them while the
+    /// view lives.
+    pub(super) fn unreachable_view(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        if self.cpu_access() != CpuAccess::ReadWrite || self.may_be_written(offset, len) {
+            return None;
+        }
+        let ptr = self.range_ptr(offset, len).ok()?;
+        // SAFETY: `range_ptr` checked the range lies in the live allocation. Nothing but the
+        // CPU can write these bytes: no remote access through the registration or a live part
+        // of it, no local write through the registration, and the parts' local keys are never
+        // used in work requests. The caller keeps windows away while the view lives, and
+        // `&self` methods write only through raw copies that callers never aim at a range
+        // they lent out.
+        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+
+    /// Registers `len` bytes at `offset` once more, with `access`; returns the index of the
+    /// registration in [`Self::ranges`]. It is deregistered with the buffer, before the memory
+    /// is freed, if not earlier.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for a range outside the buffer or memory the CPU does not own here (a
+    /// dma-buf); the error of `ibv_reg_mr`.
+    pub(crate) fn register_range(
+        &self,
+        offset: usize,
+        len: usize,
+        access: Access,
+    ) -> io::Result<usize> {
+        if offset.checked_add(len).is_none_or(|end| end > self.len)
+            || len == 0
+            || self.cpu_access() != CpuAccess::ReadWrite
+        {
+            return Err(range_registration::outside(offset, len, self.len));
+        }
+        let ptr = NonNull::new(self.ptr.as_ptr().wrapping_add(offset))
+            .ok_or_else(|| range_registration::outside(offset, len, self.len))?;
+        // SAFETY: `ptr..ptr + len` lies within this buffer's live allocation, which stays
+        // allocated until after the registration is deregistered (`release` deregisters the
+        // ranges first).
+        let mr = unsafe { register(&self.pd, ptr, len, access, RegFlags::PINNED) }?;
+        Ok(self.ranges.add(mr, offset, len, access.is_remote()))
+    }
+
+    /// The registrations of parts of the buffer.
+    pub(crate) fn ranges(&self) -> &RangeRegistrations {
+        &self.ranges
     }
 
     /// Registers the bytes of `vec` (its length, not its spare capacity), taking ownership of it
@@ -490,6 +559,14 @@ impl RegisteredBuffer {
         if matches!(backing, Backing::Released) {
             return None;
         }
+        if !self.ranges.deregister_all() {
+            tracing::warn!(
+                len = self.len,
+                "a part stays registered; leaking the memory"
+            );
+            std::mem::forget(backing);
+            return None;
+        }
         // SAFETY: the registration is live (the backing was not released) and deregistered once.
         if unsafe { deregister(self.mr, self.len) } {
             Some(backing)
@@ -568,7 +645,9 @@ impl RegisteredBuffer {
         // SAFETY: without remote access only this process's work requests and windows can
         // expose the memory, and the caller guarantees none is outstanding or bound;
         // `ptr..ptr + len` is live.
-        (!self.access.is_remote() && self.cpu_access() == CpuAccess::ReadWrite)
+        (!self.access.is_remote()
+            && !self.ranges.remotely_writable(0, self.len)
+            && self.cpu_access() == CpuAccess::ReadWrite)
             .then(|| unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) })
     }
 
@@ -579,7 +658,9 @@ impl RegisteredBuffer {
     /// As [`Self::local_slice`].
     pub(crate) unsafe fn local_slice_mut(&mut self) -> Option<&mut [u8]> {
         // SAFETY: as in `local_slice`; `&mut self` makes the view unique.
-        (!self.access.is_remote() && self.cpu_access() == CpuAccess::ReadWrite)
+        (!self.access.is_remote()
+            && !self.ranges.remotely_writable(0, self.len)
+            && self.cpu_access() == CpuAccess::ReadWrite)
             .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 
@@ -592,7 +673,10 @@ impl RegisteredBuffer {
     /// of it may exist (the caller owns the range, as a pool's slice does).
     #[allow(clippy::mut_from_ref, reason = "the caller owns the range exclusively")]
     pub(crate) unsafe fn local_range_mut(&self, offset: usize, len: usize) -> Option<&mut [u8]> {
-        if self.access.is_remote() || self.cpu_access() != CpuAccess::ReadWrite {
+        if self.access.is_remote()
+            || self.ranges.remotely_writable(offset, len)
+            || self.cpu_access() != CpuAccess::ReadWrite
+        {
             return None;
         }
         let ptr = self.range_ptr(offset, len).ok()?;

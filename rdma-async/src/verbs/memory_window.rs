@@ -104,26 +104,62 @@ impl MemoryWindow {
                 registered.len()
             )));
         }
+        let target = (registered.mr_ptr(), registered.addr(offset), len);
+        self.fill_bind_with(wr, target, access, self.bound_rkey);
+        Ok(())
+    }
+
+    /// Fills `wr` as a bind of this window under the key `rkey` over `target`: a registration
+    /// of this window's protection domain, and the address and length within it to expose.
+    /// The caller keeps both alive until the bind's completion was polled or the queue pair
+    /// was destroyed, and calls [`Self::set_rkey`] once it is posted.
+    pub(crate) fn fill_bind_with(
+        &self,
+        wr: &mut sys::ibv_send_wr,
+        target: (*mut sys::ibv_mr, u64, usize),
+        access: u32,
+        rkey: u32,
+    ) {
+        let (mr, addr, len) = target;
         wr.opcode = sys::ibv_wr_opcode::IBV_WR_BIND_MW;
         wr.__bindgen_anon_2.bind_mw = sys::ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
             mw: self.raw.as_ptr(),
-            rkey: self.bound_rkey,
+            rkey,
             bind_info: sys::ibv_mw_bind_info {
-                mr: registered.mr_ptr(),
-                addr: registered.addr(offset),
+                mr,
+                addr,
                 length: len as u64,
                 mw_access_flags: access,
             },
         };
-        Ok(())
+    }
+
+    /// The window's key as its C object holds it: the allocated one until [`Self::set_rkey`].
+    pub(crate) fn rkey(&self) -> u32 {
+        // SAFETY: the window is live for `self`'s lifetime.
+        unsafe { (*self.raw.as_ptr()).rkey }
+    }
+
+    /// Records the key a bind just posted gives the window: providers read the window's
+    /// current key from its C object when the next bind is posted (some update it themselves;
+    /// setting the same value again is harmless).
+    pub(crate) fn set_rkey(&self, rkey: u32) {
+        // SAFETY: the window is live; binds of one window are posted one at a time by its
+        // owner (the stream's lock), and the provider reads the field only while posting.
+        unsafe { (*self.raw.as_ptr()).rkey = rkey };
     }
 
     /// Fills `wr` as the local invalidation of the window's bound key: once it completes, the
     /// peer's accesses through that key fail.
     pub(crate) fn fill_invalidate(&self, wr: &mut sys::ibv_send_wr) {
-        wr.opcode = sys::ibv_wr_opcode::IBV_WR_LOCAL_INV;
-        wr.__bindgen_anon_1.invalidate_rkey = self.bound_rkey;
+        fill_invalidate_key(wr, self.bound_rkey);
     }
+}
+
+/// Fills `wr` as the local invalidation of window key `rkey`.
+pub(crate) fn fill_invalidate_key(wr: &mut sys::ibv_send_wr, rkey: u32) {
+    wr.opcode = sys::ibv_wr_opcode::IBV_WR_LOCAL_INV;
+    wr.__bindgen_anon_1.invalidate_rkey = rkey;
 }
 
 impl Drop for MemoryWindow {

@@ -29,6 +29,8 @@ mod odp;
 mod protection_domain;
 mod qp_attr;
 mod queue_pair;
+mod range_registration;
+mod remote_grants;
 mod resource_limits;
 mod send_chain;
 mod shared_recv_queue;
@@ -53,7 +55,9 @@ pub(crate) use memory::{Access, RegFlags, RegisteredBuffer};
 pub(crate) use memory_window::{MemoryWindow, WindowBinding, WindowOp};
 pub(crate) use odp::{OdpCaps, prefetch};
 pub(crate) use protection_domain::ProtectionDomain;
-pub(crate) use queue_pair::{MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, WorkRequest};
+pub(crate) use queue_pair::{
+    BufferView, MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, WorkRequest,
+};
 #[cfg(feature = "test-hooks")]
 pub use resource_limits::Resource;
 pub(crate) use resource_limits::ResourceError;

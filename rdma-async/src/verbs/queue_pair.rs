@@ -28,11 +28,13 @@ use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
 use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::memory::RegisteredBuffer;
-use super::memory_window::WindowOp;
+use super::memory_window::{MemoryWindow, WindowOp, fill_invalidate_key};
 use super::protection_domain::ProtectionDomain;
+use super::remote_grants::{BufferRange, RemoteGrants};
 use super::send_chain::SendChain;
 use super::shared_recv_queue::SharedRecvQueue;
 use super::user_buffer::UserBuffer;
+use super::work::WorkCompletion;
 use crate::error;
 
 /// Queue sizes requested for a queue pair.
@@ -74,6 +76,11 @@ pub struct RcQueuePair<M> {
 /// the caller's buffers lent to it for zero-copy sends.
 #[derive(Debug)]
 pub struct OwnedBuffers {
+    /// Memory windows over parts of `fixed` (a zero-copy ring's halves). Declared first:
+    /// deallocated (revoking them) before the registrations they are bound to.
+    windows: Vec<MemoryWindow>,
+    /// What the windows are bound over, and the views of `fixed` lent out.
+    grants: RemoteGrants,
     fixed: Vec<RegisteredBuffer>,
     /// Caller buffers that work requests may name ([`Payload::Lent`]), by lend id. A buffer
     /// leaves only through [`OwnedBufferQueuePair::reclaim`], which the owner calls once the
@@ -87,6 +94,29 @@ pub struct OwnedBuffers {
 struct Lent {
     next_id: u64,
     buffers: HashMap<u64, UserBuffer>,
+}
+
+/// A view of bytes of an [`OwnedBufferQueuePair`]'s buffer that nothing but the CPU can write
+/// ([`OwnedBufferQueuePair::view`]); no window is bound over them until it is dropped.
+#[derive(Debug)]
+pub(crate) struct BufferView<'q> {
+    grants: &'q RemoteGrants,
+    id: u64,
+    bytes: &'q [u8],
+}
+
+impl std::ops::Deref for BufferView<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl Drop for BufferView<'_> {
+    fn drop(&mut self) {
+        self.grants.give_back(self.id);
+    }
 }
 
 /// The memory of a [`CallerMemoryQueuePair`]: the table that holds the caller's buffers while
@@ -356,8 +386,16 @@ impl OwnedBufferQueuePair {
         recv_cq: Arc<CompletionQueue>,
         caps: QpCaps,
         buffers: Vec<RegisteredBuffer>,
+        windows: Vec<MemoryWindow>,
     ) -> io::Result<Self> {
+        if windows.iter().any(|w| !Arc::ptr_eq(w.pd(), &pd)) {
+            return Err(error::invalid_input(
+                "a memory window of another protection domain than the queue pair's",
+            ));
+        }
         let memory = OwnedBuffers {
+            grants: RemoteGrants::new(windows.len()),
+            windows,
             fixed: buffers,
             lent: Mutex::default(),
         };
@@ -366,6 +404,129 @@ impl OwnedBufferQueuePair {
 
     pub(crate) fn buffer(&self, index: usize) -> &RegisteredBuffer {
         &self.memory.fixed[index]
+    }
+
+    /// Posts, unsignaled, a bind of window `window` under the key `rkey` over range
+    /// registration `range` of buffer `buffer` (all of it), for remote write. Posted alone, so
+    /// the window's key can be recorded once the provider has read the old one.
+    pub(crate) fn post_bind(
+        &self,
+        wr_id: u64,
+        window: usize,
+        (buffer, range): (usize, usize),
+        rkey: u32,
+    ) -> io::Result<()> {
+        let mw = self.window(window)?;
+        let fixed = self
+            .memory
+            .fixed
+            .get(buffer)
+            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
+        let (mr, offset, len) = fixed.ranges().for_bind(range).ok_or_else(|| {
+            error::invalid_input(format!("no registration {range} of buffer {buffer}"))
+        })?;
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        let access = sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        mw.fill_bind_with(&mut wr, (mr, fixed.addr(offset), len), access, rkey);
+        let target = BufferRange {
+            buffer,
+            offset,
+            len,
+        };
+        self.memory.grants.bind(window, target, || {
+            // SAFETY: no scatter/gather list; the window and the registration it names belong
+            // to this queue pair's memory, which outlives the queue pair (a registration with
+            // a window bound to it cannot be deregistered: providers refuse).
+            unsafe { self.post_send_wr(&mut wr) }?;
+            mw.set_rkey(rkey);
+            Ok(())
+        })
+    }
+
+    /// Deregisters range registration `range` of buffer `buffer` now: whatever key it gave the
+    /// peer stops working.
+    pub(crate) fn deregister_range(&self, buffer: usize, range: usize) -> io::Result<()> {
+        let fixed = self
+            .memory
+            .fixed
+            .get(buffer)
+            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
+        if fixed.ranges().deregister(range) {
+            Ok(())
+        } else {
+            Err(error::last_error("ibv_dereg_mr"))
+        }
+    }
+
+    /// Takes a send completion: a successful invalidation posted by [`Self::post_invalidate`]
+    /// unbinds its window. Whether it was one.
+    pub(crate) fn window_completed(&self, wc: &WorkCompletion) -> bool {
+        self.memory.grants.completed(wc)
+    }
+
+    /// A view of `len` bytes at `offset` of buffer `buffer`, when nothing but the CPU can
+    /// write them: no window is bound over them, no registration gives a peer or a local work
+    /// request write access. No window is bound over them while the view lives.
+    ///
+    /// # Errors
+    ///
+    /// An error (kind `Other`) when something might still write the bytes.
+    pub(crate) fn view(
+        &self,
+        buffer: usize,
+        offset: usize,
+        len: usize,
+    ) -> io::Result<BufferView<'_>> {
+        let fixed = self
+            .memory
+            .fixed
+            .get(buffer)
+            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
+        let range = BufferRange {
+            buffer,
+            offset,
+            len,
+        };
+        let id = self
+            .memory
+            .grants
+            .lend(range, fixed.may_be_written(offset, len))?;
+        match fixed.unreachable_view(offset, len) {
+            Some(bytes) => Ok(BufferView {
+                grants: &self.memory.grants,
+                id,
+                bytes,
+            }),
+            None => {
+                self.memory.grants.give_back(id);
+                Err(io::Error::other(format!(
+                    "bytes {offset}+{len} of buffer {buffer} cannot be viewed"
+                )))
+            }
+        }
+    }
+
+    /// Posts a signaled local invalidation of window key `rkey` of window `window`.
+    pub(crate) fn post_invalidate(&self, wr_id: u64, window: usize, rkey: u32) -> io::Result<()> {
+        self.window(window)?;
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+        fill_invalidate_key(&mut wr, rkey);
+        self.memory.grants.invalidate(window, wr_id, || {
+            // SAFETY: no scatter/gather list and no memory named: only a key.
+            unsafe { self.post_send_wr(&mut wr) }
+        })
+    }
+
+    fn window(&self, index: usize) -> io::Result<&MemoryWindow> {
+        self.memory
+            .windows
+            .get(index)
+            .ok_or_else(|| error::invalid_input(format!("no memory window {index}")))
     }
 
     /// The protection domain of the queue pair.

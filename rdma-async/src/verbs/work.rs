@@ -47,6 +47,8 @@ pub(crate) struct WorkCompletion {
     /// The local queue pair the completion belongs to (which connection, for a shared receive
     /// queue).
     pub(crate) qp_num: u32,
+    /// `ibv_wc_opcode`: what completed (meaningful only with a success status).
+    pub(crate) opcode: u32,
 }
 
 impl WorkCompletion {
@@ -63,6 +65,7 @@ impl WorkCompletion {
         dlid_path_bits: 0,
         pkey_index: 0,
         qp_num: 0,
+        opcode: 0,
     };
 
     pub(super) fn from_sys(wc: &sys::ibv_wc) -> Self {
@@ -81,6 +84,7 @@ impl WorkCompletion {
             dlid_path_bits: wc.dlid_path_bits,
             pkey_index: wc.pkey_index,
             qp_num: wc.qp_num,
+            opcode: wc.opcode,
         }
     }
 }

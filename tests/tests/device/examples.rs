@@ -92,16 +92,17 @@ async fn rstream_example_server_with_c_client() {
 
 #[rdma_async::test]
 async fn rstream_example_zero_copy_client_is_verified_by_a_c_server() {
-    // `-T z`: every send goes from a registered region by write_region; C rstream (-T v)
-    // checks every byte, in both directions of the exchange. 20 KiB transfers: several per
-    // ring, wrapping its end.
+    // `-T z`: every send goes from a registered region by write_region; `-T l`: every receive
+    // borrows the bytes in the ring (read_lent, checked in place). C rstream (-T v) checks
+    // every byte we send, we check every byte it sends. 20 KiB transfers: several per ring,
+    // wrapping its end.
     let ip = test_ip().to_string();
     let port = "7482";
     let args = ["-p", port, "-T", "v", "-S", "20480", "-C", "40"];
     let mut c_args = vec!["-b", ip.as_str()];
     c_args.extend(args);
     let server = Tool::spawn("rstream", &c_args);
-    let mut our_args = vec!["-s", ip.as_str(), "-T", "z"];
+    let mut our_args = vec!["-s", ip.as_str(), "-T", "z", "-T", "l"];
     our_args.extend(args);
     client_until_success(&example("rstream"), &our_args, &["20k"]).await;
     server.expect_success(&["20k"]).await;
@@ -258,6 +259,12 @@ async fn zero_copy_example_streams_pool_buffers_without_a_copy() {
     assert!(
         sent.contains("zero_copy_bytes=3145728 "),
         "every byte went by zero copy: {sent}"
+    );
+    // The server borrowed every piece but the last 8 bytes: the 8-byte length before the data
+    // moved the stream 8 bytes into the ring, so they start a half the client never fills.
+    assert!(
+        received.ends_with("lent_bytes=3145720"),
+        "every full half was lent: {received}"
     );
 }
 

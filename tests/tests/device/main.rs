@@ -13,6 +13,7 @@ mod dead_peer;
 mod dropped_runtime;
 mod examples;
 mod http;
+mod lent_reads;
 mod limits;
 mod mckey;
 mod memory;

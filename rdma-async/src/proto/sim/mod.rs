@@ -102,6 +102,7 @@ impl SimSide {
             rbuf_rkey: RBUF_RKEY[index],
             target_sgl_addr: TSGL_ADDR[index],
             target_sgl_rkey: TSGL_RKEY[index],
+            ring_keys: None,
         };
         let conn = Connection::new(config, layout);
         let c = *conn.config();
