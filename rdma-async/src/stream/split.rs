@@ -10,6 +10,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+use super::lent_bytes::LentBytes;
 use super::rstream::{Inner, RStream};
 use super::stats::StreamStats;
 
@@ -151,6 +152,32 @@ macro_rules! read_half_methods {
         /// Cancel safe.
         pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
             self.shared().peek(buf).await
+        }
+
+        /// As [`RStream::read_lent`]; the write half may go on writing meanwhile.
+        ///
+        /// # Errors
+        ///
+        /// As [`RStream::read_lent`].
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: nothing is consumed until the returned bytes are dropped.
+        pub async fn read_lent(&mut self, max: usize) -> io::Result<LentBytes<'_>> {
+            self.shared().core().read_lent(max.max(1), false).await
+        }
+
+        /// As [`RStream::read_lent_exact`]; the write half may go on writing meanwhile.
+        ///
+        /// # Errors
+        ///
+        /// As [`RStream::read_lent_exact`].
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe: nothing is consumed until the returned bytes are dropped.
+        pub async fn read_lent_exact(&mut self, len: usize) -> io::Result<LentBytes<'_>> {
+            self.shared().core().read_lent(len.max(1), true).await
         }
 
         /// As [`RStream::readable`].

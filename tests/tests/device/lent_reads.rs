@@ -8,7 +8,7 @@ use rdma_async_tests::data::pattern;
 use rdma_async_tests::rstream_peer::{Counter, c_rstream_verify_args, send};
 use rdma_async_tests::tools::finish_tool_printing;
 use rdma_async_tests::{guard, rlistener_with, spawn_tool, stream_pair};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The receive ring of these tests: two halves of 32 KiB.
 const RING: usize = 64 << 10;
@@ -234,4 +234,43 @@ async fn c_rstream_writes_into_a_lending_ring() {
     assert!(end.is_empty(), "C rstream sent bytes after the exchange");
     drop(end);
     finish_tool_printing(child, "rstream", &["Gb/sec"]).await;
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_split_read_half_borrows_while_its_write_half_writes() {
+    const LEN: usize = 4 * HALF;
+    let (server, client) = stream_pair(lending()).await;
+    let (mut server_rx, mut server_tx) = server.into_split();
+    let (mut client_rx, client_tx) = client.into_split();
+    let data = pattern(8, LEN);
+    let sent = data.clone();
+    // Both directions at once: the server's write half sends while its read half borrows.
+    let client_writes = tokio::spawn(async move {
+        let mut tx = client_tx;
+        tx.write_all(&sent).await.unwrap();
+        tx
+    });
+    let server_writes = tokio::spawn(async move {
+        server_tx.write_all(&pattern(9, LEN)).await.unwrap();
+        server_tx.shutdown().await.unwrap();
+        server_tx
+    });
+    let mut got = Vec::new();
+    let mut lent = 0;
+    while got.len() < LEN {
+        let piece = guard("lent piece", server_rx.read_lent_exact(LEN - got.len()))
+            .await
+            .unwrap();
+        lent += if piece.is_lent() { piece.len() } else { 0 };
+        got.extend_from_slice(&piece);
+    }
+    assert!(got == data, "the stream differs");
+    assert_eq!(lent, LEN);
+    let mut back = Vec::new();
+    guard("the other direction", client_rx.read_to_end(&mut back))
+        .await
+        .unwrap();
+    assert!(back == pattern(9, LEN));
+    guard("client writer", client_writes).await.unwrap();
+    guard("server writer", server_writes).await.unwrap();
 }
