@@ -28,7 +28,11 @@
 //!   or past the send limit we gave;
 //! - everything we write lands inside what the peer granted: data inside a buffer it gave us
 //!   (with its rkey) and never past its send limit, SGL updates inside its advertised target
-//!   SGL; and a send-ring byte is not reused before its write completed.
+//!   SGL; and a send-ring byte is not reused before its write completed;
+//! - with a lending ring (zero-copy reads), every grant names a key that reaches that half,
+//!   a window is bound before the grant that names it, and bytes are lent only from a half no
+//!   key reaches any more (its first registration deregistered, its window's invalidation
+//!   completed); the peer's device writes only through keys that still reach a half.
 
 use std::collections::VecDeque;
 
@@ -38,7 +42,8 @@ use super::connection::{Connection, LocalLayout, ReadStatus, RecvEvent, TARGET_S
 use super::error::{ProtoError, ProtoErrorKind};
 use super::grant_queue::GrantQueue;
 use super::imm::Op;
-use super::plan::{ControlKind, ControlWrite, DataWrite};
+use super::plan::{ControlKind, ControlWrite, DataWrite, LendStep};
+use super::ring_access::RingKeys;
 use super::sender::WriteCall;
 use super::sge::{ByteOrder, RsSge};
 
@@ -50,6 +55,11 @@ const TSGL_RKEY: u32 = 0x1002;
 const PEER_ARENA: u64 = 0x5500_0000_0000;
 const PEER_RBUF_KEY: u32 = 0x2001;
 const PEER_TSGL_KEY: u32 = 0x2002;
+/// A lending ring's keys: each half's first registration, and each half's window.
+const RING_KEYS: RingKeys = RingKeys {
+    initial: [0x1100, 0x1200],
+    window: [0x3300, 0x3400],
+};
 
 /// Bytes of guard zone around each local region.
 const GUARD: usize = 256;
@@ -70,6 +80,10 @@ pub(crate) struct Outcome {
     pub(crate) ctrl_events: usize,
     /// Bytes the application read.
     pub(crate) bytes_read: usize,
+    /// Of those, bytes lent from the ring (a lending ring's zero-copy reads).
+    pub(crate) bytes_lent: usize,
+    /// Window invalidations a lending ring posted (halves lent after a grant through a window).
+    pub(crate) invalidations: usize,
     /// Data writes we posted.
     pub(crate) data_writes: usize,
     /// The sticky error at the end.
@@ -139,6 +153,24 @@ struct Local {
     our_limit: u16,
     error: Option<ProtoError>,
     outcome: Outcome,
+    /// With a lending ring: which keys reach which half.
+    keys: Option<Vec<RingKey>>,
+}
+
+/// A key of a lending ring, and whether the peer's device can still write through it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RingKey {
+    half: usize,
+    key: u32,
+    state: KeyState,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum KeyState {
+    Live,
+    /// Its invalidation was posted with this id and has not completed successfully.
+    Invalidating(u64),
+    Dead,
 }
 
 /// The peer: what it advertised, so our writes can be checked against it.
@@ -157,7 +189,7 @@ struct Peer {
 }
 
 impl Local {
-    fn new(config: Config) -> Self {
+    fn new(config: Config, lending: bool) -> Self {
         let sbuf_len = config.sbuf_size() as usize;
         let rbuf_len = config.rbuf_size() as usize;
         let sbuf = Region {
@@ -178,7 +210,7 @@ impl Local {
             rbuf_rkey: RBUF_RKEY,
             target_sgl_addr: TSGL_ADDR,
             target_sgl_rkey: TSGL_RKEY,
-            ring_keys: None,
+            ring_keys: lending.then_some(RING_KEYS),
         };
         let conn = Connection::new(config, layout);
         let config = *conn.config();
@@ -198,6 +230,15 @@ impl Local {
             filled: 0,
             error: None,
             outcome: Outcome::default(),
+            keys: lending.then(|| {
+                (0..2)
+                    .map(|half| RingKey {
+                        half,
+                        key: RING_KEYS.initial[half],
+                        state: KeyState::Live,
+                    })
+                    .collect()
+            }),
         };
         for r in [sbuf, rbuf, tsgl] {
             local.mem[r.base..r.base + r.len].fill(0);
@@ -320,6 +361,29 @@ impl Local {
         if let ControlKind::SglUpdate { limit, .. } | ControlKind::Credits { limit } = c.kind {
             self.our_limit = limit;
         }
+        if let Some(bind) = c.bind {
+            let keys = self
+                .keys
+                .as_mut()
+                .expect("a window bind on a ring that does not lend");
+            assert!(
+                matches!(c.kind, ControlKind::SglUpdate { .. }),
+                "a bind without a grant"
+            );
+            assert!(
+                keys.iter()
+                    .all(|k| k.half != bind.half || k.state != KeyState::Live),
+                "half {} bound again while a key still reaches it",
+                bind.half
+            );
+            keys.push(RingKey {
+                half: bind.half,
+                key: bind.rkey,
+                state: KeyState::Live,
+            });
+            // Before the grant in the send queue.
+            self.posted.push_back((bind.wr_id, Vec::new()));
+        }
         match (c.kind, c.payload) {
             (ControlKind::SglUpdate { slot, limit }, Some(payload)) => {
                 let (addr, key, bytes) = peer.target_sgl;
@@ -333,12 +397,24 @@ impl Local {
                 assert_eq!(c.remote_addr, addr + u64::from(slot) * RsSge::LEN as u64);
                 assert_eq!(c.imm, Some(Op::Sgl(limit).encode()));
                 let sge = RsSge::from_bytes(payload, peer.order);
-                assert_eq!(sge.key, RBUF_RKEY, "granted a buffer of another region");
                 let start = sge
                     .addr
                     .checked_sub(RBUF_ADDR)
                     .expect("granted a buffer below the receive ring")
                     as usize;
+                match &self.keys {
+                    Some(keys) => {
+                        let half = start / (self.rbuf.len / 2);
+                        assert!(
+                            keys.iter().any(|k| k.half == half
+                                && k.key == sge.key
+                                && k.state == KeyState::Live),
+                            "half {half} granted with key {:#x}, which does not reach it",
+                            sge.key
+                        );
+                    }
+                    None => assert_eq!(sge.key, RBUF_RKEY, "granted a buffer of another region"),
+                }
                 self.model_grant(slot, start, sge.length as usize);
             }
             (ControlKind::SglUpdate { .. }, None) => panic!("SGL update without payload"),
@@ -455,6 +531,75 @@ impl Local {
         self.outcome.bytes_read += got;
     }
 
+    /// A zero-copy read of up to `max` bytes (a lending ring): carries out what the core asks
+    /// (deregistering a half's first key, posting an invalidation) and, once it lends, checks
+    /// that no key reaches the lent bytes' half; copies where the core says to copy.
+    fn app_lend(&mut self, max: usize) {
+        for _ in 0..3 {
+            let step = self.conn.lend();
+            let keys = self
+                .keys
+                .as_mut()
+                .expect("lending on a ring that does not lend");
+            match step {
+                LendStep::Ready { offset, len } => {
+                    let half_len = self.rbuf.len / 2;
+                    let half = offset / half_len;
+                    assert!(
+                        keys.iter()
+                            .all(|k| k.half != half || k.state == KeyState::Dead),
+                        "lent bytes of half {half}, which a key still reaches: {keys:?}"
+                    );
+                    assert_eq!(offset, self.read_pos, "lent bytes other than the oldest");
+                    assert!(len > 0 && len <= self.filled && offset + len <= (half + 1) * half_len);
+                    let take = len.min(max);
+                    let _ = &self.mem[Self::span(self.rbuf, offset, take, "lent bytes")];
+                    self.read_pos = (self.read_pos + take) % self.rbuf.len;
+                    self.filled -= take;
+                    self.conn.consume(take).expect("consume lent bytes");
+                    self.outcome.bytes_read += take;
+                    self.outcome.bytes_lent += take;
+                    return;
+                }
+                LendStep::Deregister { half, key } => {
+                    let k = keys
+                        .iter_mut()
+                        .find(|k| (k.half, k.key) == (half, key))
+                        .expect("deregistering a key the ring never had");
+                    assert_eq!(k.state, KeyState::Live);
+                    assert_eq!(key, RING_KEYS.initial[half], "deregistering a window's key");
+                    k.state = KeyState::Dead;
+                    self.conn.deregistered(half, key);
+                }
+                LendStep::Invalidate { wr_id, half, key } => {
+                    let k = keys
+                        .iter_mut()
+                        .find(|k| (k.half, k.key) == (half, key) && k.state == KeyState::Live)
+                        .expect("invalidating a key that does not reach the half");
+                    k.state = KeyState::Invalidating(wr_id);
+                    self.posted.push_back((wr_id, Vec::new()));
+                    self.outcome.invalidations += 1;
+                }
+                LendStep::Copy => return self.app_read(max),
+                LendStep::Wait | LendStep::Empty => return,
+            }
+        }
+    }
+
+    /// Whether the peer's device can write `len` bytes at ring offset `at`: a key must still
+    /// reach every half they touch (always, on a ring that does not lend).
+    fn reachable(&self, at: usize, len: usize) -> bool {
+        let Some(keys) = &self.keys else {
+            return true;
+        };
+        let half_len = self.rbuf.len / 2;
+        let last = (at + len.max(1) - 1) / half_len;
+        (at / half_len..=last).all(|half| {
+            keys.iter()
+                .any(|k| k.half == half && k.state != KeyState::Dead)
+        })
+    }
+
     /// The device delivers a write with immediate from the peer (if a receive is posted).
     fn recv(&mut self, peer: &mut Peer, imm: Option<u32>, byte_len: u32) {
         if self.recv_posted == 0 {
@@ -513,14 +658,25 @@ impl Local {
             let Some((wr_id, _)) = self.posted.pop_front() else {
                 return;
             };
+            // A successful invalidation ends its key.
+            if let Some(k) = self
+                .keys
+                .iter_mut()
+                .flatten()
+                .find(|k| ok && k.state == KeyState::Invalidating(wr_id))
+            {
+                k.state = KeyState::Dead;
+            }
             let r = self.conn.handle_send_completion(wr_id, ok);
             self.check_error(r.as_ref().err());
         }
     }
 }
 
-fn config(input: &mut Input<'_>) -> Config {
-    match input.u8() % 4 {
+/// The sizes, and whether the ring lends its bytes (the same byte's top bit).
+fn config(input: &mut Input<'_>) -> (Config, bool) {
+    let choice = input.u8();
+    let config = match choice % 4 {
         0 => Config::new(),
         1 => Config::new()
             .with_sbuf_size(8192)
@@ -539,7 +695,8 @@ fn config(input: &mut Input<'_>) -> Config {
             .with_sq_size(u32::from(input.u8()))
             .with_rq_size(u32::from(input.u8()))
             .with_inline_size(u32::from(input.u8())),
-    }
+    };
+    (config, choice & 0x80 != 0)
 }
 
 /// The peer's connection data: valid with odd values most of the time, sometimes raw bytes.
@@ -622,7 +779,8 @@ impl Peer {
 /// One hostile run. Panics when an invariant breaks.
 pub(crate) fn run(bytes: &[u8]) -> Outcome {
     let mut input = Input { bytes };
-    let mut local = Local::new(config(&mut input));
+    let (config, lending) = config(&mut input);
+    let mut local = Local::new(config, lending);
     let (raw, mut peer) = peer_conn_data(&mut input);
     match ConnData::decode(&raw) {
         Ok(data) => match local.conn.handle_peer_conn_data(&data) {
@@ -690,8 +848,9 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
                 }
                 _ => u32::from(input.u16()),
             };
-            let written = peer_write(local, at, len);
-            local.recv(peer, Some(Op::Data(written).encode()), written);
+            if let Some(written) = peer_write(local, at, len) {
+                local.recv(peer, Some(Op::Data(written).encode()), written);
+            }
         }
         // A write of any length anywhere in the ring, with any immediate.
         10 => {
@@ -702,8 +861,9 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
                 1 => Op::Data(input.u32() & 0x1fff_ffff).encode(),
                 _ => input.u32(),
             };
-            let written = peer_write(local, at, len);
-            local.recv(peer, Some(word), written);
+            if let Some(written) = peer_write(local, at, len) {
+                local.recv(peer, Some(word), written);
+            }
         }
         // A 0-byte write with any immediate, or a receive without one.
         11 => {
@@ -766,7 +926,14 @@ fn step(local: &mut Local, peer: &mut Peer, input: &mut Input<'_>) {
             let len = usize::from(input.u16());
             local.app_write(len, peer);
         }
-        27..=32 => local.app_read(1 + usize::from(input.u16())),
+        27..=32 => {
+            let max = 1 + usize::from(input.u16());
+            if local.keys.is_some() && input.u8().is_multiple_of(2) {
+                local.app_lend(max);
+            } else {
+                local.app_read(max);
+            }
+        }
         33..=36 => {
             let n = usize::from(input.u8() % 16);
             let ok = !input.u8().is_multiple_of(32);
@@ -799,10 +966,15 @@ fn ring_overlap(ring: usize, a: (usize, usize), b: (usize, usize)) -> bool {
 
 /// The peer's device writes `len` bytes at ring offset `at`; the region's bounds stop it at the
 /// end of the ring (a longer write fails at the device and nothing arrives, so clip it).
-/// Returns the bytes written.
-fn peer_write(local: &mut Local, at: usize, len: u32) -> u32 {
-    let len = (len as usize).min(local.rbuf.len - at.min(local.rbuf.len));
-    let span = Local::span(local.rbuf, at.min(local.rbuf.len), len, "peer data write");
+/// Returns the bytes written, or `None` when no key reaches them any more (a lending ring's
+/// revoked half): the device refuses the write and nothing arrives.
+fn peer_write(local: &mut Local, at: usize, len: u32) -> Option<u32> {
+    let at = at.min(local.rbuf.len);
+    let len = (len as usize).min(local.rbuf.len - at);
+    if !local.reachable(at, len) {
+        return None;
+    }
+    let span = Local::span(local.rbuf, at, len, "peer data write");
     local.mem[span].fill(0x3c);
-    len as u32
+    Some(len as u32)
 }

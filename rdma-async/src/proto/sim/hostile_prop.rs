@@ -70,6 +70,7 @@ fn hostile_runs_reach_every_path() {
         totals.credit_events += o.credit_events;
         totals.ctrl_events += o.ctrl_events;
         totals.bytes_read += o.bytes_read;
+        totals.bytes_lent += o.bytes_lent;
         totals.data_writes += o.data_writes;
         failed += usize::from(o.error.is_some());
         connected += usize::from(o.connected);
@@ -79,12 +80,35 @@ fn hostile_runs_reach_every_path() {
     assert!(totals.credit_events > 10, "{totals:?}");
     assert!(totals.ctrl_events > 0, "{totals:?}");
     assert!(totals.bytes_read > 10_000, "{totals:?}");
+    assert!(totals.bytes_lent > 1_000, "{totals:?}");
     assert!(totals.data_writes > 100, "{totals:?}");
     assert!(
         failed > 0 && connected > 200,
         "failed {failed}, connected {connected}"
     );
     eprintln!("{totals:?}");
+}
+
+/// A lending ring under an honest peer, scripted: each half is lent after its first key is
+/// deregistered, half 0 is granted again through its window, filled, and lent once the
+/// window's invalidation completed; the model checks every lend against the keys.
+#[test]
+fn a_lending_ring_lends_through_both_kinds_of_key() {
+    let fill_half: &[u8] = &[0, 1, 0xff, 0x0f]; // a 4096-byte DATA write where it belongs
+    let lend: &[u8] = &[27, 0xff, 0x0f, 0]; // a zero-copy read of up to 4096 bytes
+    let complete: &[u8] = &[39]; // the peer completes our sends
+    let mut bytes = vec![0x81, 7]; // 8 KiB rings that lend; valid peer connection data
+    for part in [
+        fill_half, lend, complete, // half 0: first key deregistered, lent
+        fill_half, lend, complete, // half 1 likewise; half 0 granted through its window
+        fill_half, lend, complete, // half 0 full: its window invalidated (completed here)
+        lend,     // and lent
+    ] {
+        bytes.extend_from_slice(part);
+    }
+    let o = hostile::run(&bytes);
+    assert!(o.error.is_none(), "{o:?}");
+    assert_eq!((o.bytes_lent, o.invalidations), (3 * 4096, 1), "{o:?}");
 }
 
 /// A scripted honest exchange (the `honest-exchange` seed of the fuzz corpus): data both ways,
