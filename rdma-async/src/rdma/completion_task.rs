@@ -1,6 +1,8 @@
 //! The connection's completion task: it polls the completion queue, hands each completion to
 //! the slot of its work request (waking the operation that waits, or freeing the buffers of one
-//! that was dropped), and on close drains the queue pair before anything is freed.
+//! that was dropped), and on close drains the queue pair before anything is freed. It attends
+//! the queue only while some work request has nobody else polling for it: an operation alone on
+//! its queue polls for its own completion first ([`super::reaping`]).
 //!
 //! Operations wait only on the task, so a task that ends early (polling failed, no waiter could
 //! be registered, or its runtime was shut down, which drops the task) must not leave them
@@ -9,14 +11,16 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{Notify, Semaphore};
 
+use super::reaping::Reaping;
 use super::srq::SharedReceiveQueue;
 use crate::cm::link::CmLink;
 use crate::error::{StickyError, wc_error};
-use crate::reactor::{AsyncCq, ConnWaiter, Woken};
+use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, Woken};
 use crate::verbs::{
     CallerMemoryQueuePair, CompletionBatch, Held, IdDevice, InFlightTable, ProtectionDomain,
     Ticket, WcStatus, WorkCompletion, WorkQueue,
@@ -49,6 +53,10 @@ pub(super) struct ConnShared {
     pub(super) srq: Option<SharedReceiveQueue>,
     pub(super) send_slots: Semaphore,
     pub(super) recv_slots: Semaphore,
+    /// The queue depths: the slots' permits when nothing is outstanding.
+    depths: (u32, u32),
+    /// Who polls the completion queue: operations alone on their queue, or this task.
+    reaping: Reaping,
     /// The first failed work completion: later flushes report it.
     failure: StickyError,
     close: Notify,
@@ -61,6 +69,7 @@ impl ConnShared {
         parts: ConnParts,
         srq: Option<SharedReceiveQueue>,
         depths: (u32, u32),
+        busy_poll: Duration,
     ) -> Self {
         ConnShared {
             link,
@@ -72,6 +81,8 @@ impl ConnShared {
             srq,
             send_slots: Semaphore::new(depths.0 as usize),
             recv_slots: Semaphore::new(depths.1 as usize),
+            depths,
+            reaping: Reaping::new(busy_poll),
             failure: StickyError::default(),
             close: Notify::new(),
             closing: AtomicBool::new(false),
@@ -107,7 +118,67 @@ impl ConnShared {
                 None => Err((self.link.closed_error(sending), held.unwrap_or_default())),
             }
         };
-        post_and_wait(&self.table, self.slots(queue), held, guarded).await
+        let reaper = Reaper {
+            shared: self,
+            queue,
+        };
+        post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper)).await
+    }
+
+    /// Whether the completion task must attend the queue: some work request has nobody else
+    /// polling for it, the connection is closing, or receives of a shared receive queue (whose
+    /// waiters do not poll) may complete here.
+    fn needs_attending(&self) -> bool {
+        self.reaping.unattended() || self.srq.is_some() || self.closing.load(Ordering::Acquire)
+    }
+
+    /// Whether an operation on `queue` is the only one outstanding there (it holds one slot).
+    fn alone_on(&self, queue: WorkQueue) -> bool {
+        let (slots, depth) = match queue {
+            WorkQueue::Send => (&self.send_slots, self.depths.0),
+            WorkQueue::Recv => (&self.recv_slots, self.depths.1),
+        };
+        slots.available_permits() + 1 >= depth as usize
+    }
+
+    /// Polls the completion queue for `ticket`'s completion for at most the busy-poll window of
+    /// `queue`'s operations, dispatching whatever it finds. Returns early when the completion
+    /// was dispatched, when someone else polls (the completion task: it dispatches), or when
+    /// polling fails (the task reports that); whether the window ended empty.
+    fn spin_for(&self, queue: WorkQueue, ticket: &Ticket) -> bool {
+        let policy = self.reaping.spin(queue);
+        let Some(window) = policy.window() else {
+            return false;
+        };
+        let deadline = Instant::now() + window;
+        let mut batch = CompletionBatch::<32>::new();
+        let mut spins = 0u32;
+        loop {
+            spins = spins.wrapping_add(1);
+            let Some(_polling) = self.reaping.try_lock() else {
+                return false;
+            };
+            match self.cq.try_poll_batch(&mut batch) {
+                Ok([]) => {}
+                Ok(wcs) => {
+                    self.dispatch(wcs);
+                    if self.table.is_done(ticket) {
+                        policy.record_found();
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+            // As `AsyncCq`'s window: the clock only every few polls, it may be slow to read.
+            if spins.is_multiple_of(16) {
+                let now = Instant::now();
+                if now >= deadline {
+                    policy.record_empty(now);
+                    return true;
+                }
+            }
+            std::hint::spin_loop();
+        }
     }
 
     /// Why nothing may be posted any more: an earlier work request failed (the queue pair is in
@@ -171,19 +242,23 @@ impl ConnShared {
         // Providers may leave a destroyed queue pair's last completions in the queue.
         self.dispatch_queued();
         for (queue, held) in self.table.flush_all() {
+            // Only dropped operations' slots come back here.
             drop(held);
+            self.reaping.handed_out();
             self.slots(queue).add_permits(1);
         }
     }
 
     /// Dispatches what the completion queue holds, without waiting; stops at a poll failure.
     fn dispatch_queued(&self) {
+        let _polling = self.reaping.lock();
         let mut batch = CompletionBatch::<32>::new();
         while let Ok(wcs @ [_, ..]) = self.cq.try_poll_batch(&mut batch) {
             self.dispatch(wcs);
         }
     }
 
+    /// Hands each completion to its slot. The caller holds the reaping lock since its poll.
     fn dispatch(&self, wcs: &[WorkCompletion]) {
         for wc in wcs {
             if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
@@ -193,6 +268,7 @@ impl ConnShared {
                 if let Some((queue, held)) = self.table.complete(wc) {
                     // A dropped operation's slot: the device is done with its buffers now.
                     drop(held);
+                    self.reaping.handed_out();
                     self.slots(queue).add_permits(1);
                 }
             } else if let Some(srq) = &self.srq
@@ -212,13 +288,23 @@ pub(super) fn lost_buffer<T>() -> T {
     unreachable!("the in-flight table gave back other buffers than it was given")
 }
 
+/// A connection's operation, which polls for its own completion while it is alone on its queue
+/// and otherwise counts as unattended while it waits ([`super::reaping`]).
+pub(super) struct Reaper<'a> {
+    shared: &'a ConnShared,
+    queue: WorkQueue,
+}
+
 /// Waits for one of `slots`, posts with `post`, and waits for the completion in `table`; returns
-/// it with the buffers. The slot is given back by whoever frees the table slot.
+/// it with the buffers. The slot is given back by whoever frees the table slot. With a `reaper`
+/// (a connection's own queue pair), the operation may poll for its completion itself; without
+/// one (a shared receive queue's), the completion tasks of its connections hand it over.
 pub(super) async fn post_and_wait(
     table: &InFlightTable,
     slots: &Semaphore,
     held: Held,
     post: impl FnOnce(Held) -> Result<Ticket, (io::Error, Held)>,
+    reaper: Option<Reaper<'_>>,
 ) -> (io::Result<WorkCompletion>, Held) {
     match slots.acquire().await {
         // The slot comes back when the table slot is freed (see `Claim`).
@@ -235,7 +321,7 @@ pub(super) async fn post_and_wait(
             return (Err(e), held);
         }
     };
-    let (wc, held) = Claim::new(table, slots, ticket).completion().await;
+    let (wc, held) = Claim::new(table, slots, ticket, reaper).completion().await;
     (Ok(wc), held)
 }
 
@@ -246,34 +332,90 @@ struct Claim<'a> {
     table: &'a InFlightTable,
     slots: &'a Semaphore,
     ticket: Ticket,
+    reaper: Option<Reaper<'a>>,
+    /// Counted as unattended ([`Reaping::leave`]) while it waits.
+    parked: bool,
     done: bool,
 }
 
 impl<'a> Claim<'a> {
-    fn new(table: &'a InFlightTable, slots: &'a Semaphore, ticket: Ticket) -> Self {
+    fn new(
+        table: &'a InFlightTable,
+        slots: &'a Semaphore,
+        ticket: Ticket,
+        reaper: Option<Reaper<'a>>,
+    ) -> Self {
         Claim {
             table,
             slots,
             ticket,
+            reaper,
+            parked: false,
             done: false,
         }
     }
 
     async fn completion(mut self) -> (WorkCompletion, Held) {
-        let (wc, held, _) = std::future::poll_fn(|cx| self.table.poll(&self.ticket, cx)).await;
+        // Alone on its queue, the operation first polls for its completion itself.
+        let missed = match &self.reaper {
+            Some(r) if r.shared.alone_on(r.queue) => r.shared.spin_for(r.queue, &self.ticket),
+            _ => false,
+        };
+        let (wc, held, _) = std::future::poll_fn(|cx| self.poll_completion(cx)).await;
+        if missed && let Some(r) = &self.reaper {
+            // A completion soon after the window grows the window.
+            r.shared.reaping.spin(r.queue).record_late();
+        }
         self.done = true;
+        self.unpark();
         self.slots.add_permits(1);
         (wc, held)
+    }
+
+    fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held, WorkQueue)> {
+        let polled = self.table.poll(&self.ticket, cx);
+        if polled.is_pending()
+            && !self.parked
+            && let Some(r) = &self.reaper
+        {
+            // The waker is in the slot now: whoever dispatches the completion wakes this task,
+            // and the completion task polls until somebody has.
+            self.parked = true;
+            r.shared.reaping.leave();
+        }
+        polled
+    }
+
+    /// The operation no longer waits unattended (its completion was handed out or freed).
+    fn unpark(&mut self) {
+        if std::mem::take(&mut self.parked)
+            && let Some(r) = &self.reaper
+        {
+            r.shared.reaping.handed_out();
+        }
     }
 }
 
 impl Drop for Claim<'_> {
     fn drop(&mut self) {
-        if !self.done
-            && let Some((_, held)) = self.table.abandon(&self.ticket)
-        {
-            drop(held);
-            self.slots.add_permits(1);
+        if self.done {
+            return;
+        }
+        match self.table.abandon(&self.ticket) {
+            Some((_, held)) => {
+                drop(held);
+                self.unpark();
+                self.slots.add_permits(1);
+            }
+            // Still outstanding: the slot waits, unattended, for the completion that frees it
+            // (`ConnShared::dispatch` counts it off then).
+            None => {
+                if !self.parked
+                    && let Some(r) = &self.reaper
+                {
+                    r.shared.reaping.leave();
+                }
+            }
         }
     }
 }
@@ -340,12 +482,14 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
             exit.cause = None;
             break;
         }
+        let attending = shared.needs_attending();
         tokio::select! {
             biased;
             // Once its close was seen, the link is no longer watched.
-            woken = waiter.wait(&shared.cq, link_open.then_some(&shared.link), &mut batch) => {
+            woken = reap(&shared, &waiter, attending, link_open, &mut batch) => {
                 match woken {
-                    Woken::Completions(Ok(_)) => shared.dispatch(batch.as_slice()),
+                    // `reap` dispatched them.
+                    Woken::Completions(Ok(_)) => {}
                     Woken::Completions(Err(e)) => {
                         // Nothing can be reaped any more: `exit` fails the connection.
                         exit.cause = Some(io::Error::new(
@@ -362,6 +506,8 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
                     }
                 }
             }
+            // Some work request has nobody polling for it now: attend.
+            () = shared.reaping.wanted(), if !attending => {}
             () = shared.close.notified(), if !closing => {
                 closing = true;
                 // Flush everything outstanding; its completions free the slots.
@@ -387,4 +533,33 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
             }
         }
     }
+}
+
+/// One wait of the completion task. Attending, it waits for completions (dispatching them under
+/// the reaping lock, held from the poll on) or the link's close; otherwise for the close only,
+/// and the queue is left to the operations polling it.
+fn reap<'a, const N: usize>(
+    shared: &'a ConnShared,
+    waiter: &'a ConnWaiter,
+    attending: bool,
+    link_open: bool,
+    batch: &'a mut CompletionBatch<N>,
+) -> impl std::future::Future<Output = Woken> + 'a {
+    let link = link_open.then_some(&shared.link);
+    std::future::poll_fn(move |cx| {
+        if !attending {
+            return match (link, waiter.cm()) {
+                (Some(link), Some(cm)) => cm.poll_disconnected(link, cx).map(Woken::Closed),
+                _ => Poll::Pending,
+            };
+        }
+        // Held through the task's busy-poll window (operations then park rather than spin), never
+        // across a Pending: the poll returns that once the queue is armed and looked at.
+        let _polling = shared.reaping.lock();
+        let woken = ready!(waiter.poll_wait(&shared.cq, link, cx, batch, WaitHints::default()));
+        if let Woken::Completions(Ok(_)) = woken {
+            shared.dispatch(batch.as_slice());
+        }
+        Poll::Ready(woken)
+    })
 }

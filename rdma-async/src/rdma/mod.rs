@@ -18,8 +18,9 @@
 //!   peer can no longer reach it.
 //!
 //! The cost per operation over a raw `ibv_post_send`: a semaphore permit (the queue depth), one
-//! uncontended mutex for the slot table at post, completion and pick-up, and one wake-up from the
-//! connection's completion task.
+//! uncontended mutex for the slot table at post, completion and pick-up, and either a busy poll
+//! of the completion queue by the operation itself (when it is the only one on its queue and its
+//! completion comes within the window) or one wake-up from the connection's completion task.
 //!
 //! ```no_run
 //! use rdma_async::cm::CmListener;
@@ -44,6 +45,7 @@
 mod completion_task;
 mod connection;
 mod options;
+mod reaping;
 mod region;
 mod remote;
 mod srq;

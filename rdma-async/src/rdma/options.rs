@@ -87,14 +87,19 @@ impl RdmaOptions {
         self
     }
 
-    /// How long an empty completion queue is polled before the connection's task sleeps.
+    /// How long an empty completion queue is polled before the waiter sleeps.
+    ///
+    /// An operation that is the only one outstanding on its queue (send or receive) polls for
+    /// its own completion for this long after posting, and wakes no other task when it comes
+    /// in time; as `RStream`'s and `Endpoint`'s, that window grows (up to 8 times) when
+    /// completions keep arriving just after it. With others outstanding, an operation parks at
+    /// once and the connection's own task polls the queue and wakes it; that task spins for
+    /// this long, not more (spinning longer there keeps a CPU busy without waking anyone
+    /// sooner).
     ///
     /// Adaptive: after two or more windows in a row ended empty, the next waits skip it (1, 3,
     /// 7, ... up to 63 of them), so many connections that each wait longer than the window do
-    /// not spin the thread for nothing; a window that finds a completion restores it. Unlike
-    /// `RStream`'s and `Endpoint`'s, the window is not stretched: the connection's own task
-    /// polls the queue and wakes the operations, so spinning longer there keeps a CPU busy
-    /// without waking them sooner.
+    /// not spin the thread for nothing; a window that finds a completion restores it.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
         self

@@ -152,6 +152,7 @@ impl SharedReceiveQueue {
             &self.inner.slots,
             Held::One(buf.into_user().0),
             |h| srq.post_recv_caller(h, &segments),
+            None,
         )
         .await;
         let buf = match held {

@@ -19,3 +19,4 @@ pub(crate) use completion_queue::{AsyncCq, WaitHints};
 pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub(crate) use fd_waiter::FdWaiter;
 pub(crate) use slot_queue::{SlotQueue, Slots};
+pub(crate) use spin_policy::SpinPolicy;

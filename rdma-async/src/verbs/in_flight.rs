@@ -253,6 +253,13 @@ impl InFlightTable {
         freed
     }
 
+    /// Whether `ticket`'s request has completed (its completion waits to be picked up).
+    pub(crate) fn is_done(&self, ticket: &Ticket) -> bool {
+        let t = self.lock();
+        let slot = &t.slots[ticket.index as usize];
+        slot.generation == ticket.generation && matches!(slot.state, SlotState::Done { .. })
+    }
+
     /// Waits for the completion of `ticket`'s request; returns it with the buffers and frees the
     /// slot (of the returned queue).
     pub(crate) fn poll(

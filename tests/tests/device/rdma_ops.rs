@@ -2,8 +2,10 @@
 //! region, clear errors for bad ranges and keys, vectored forms, and 1000 operations through a
 //! small queue.
 
+use std::future::Future;
 use std::io;
 use std::sync::Arc;
+use std::task::Poll;
 
 use rdma_async::rdma::{
     LocalRegion, RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion, SharedRegion,
@@ -453,4 +455,33 @@ async fn small_sends_and_writes_go_inline_and_arrive_intact() {
     assert_eq!(client.max_inline(), 0);
     sync(&client, &server).await;
     assert_eq!(client.inline_sends(), 0);
+}
+
+/// A receive dropped while it waits for a message: the message completes its work request, and
+/// the connection's own task reaps that completion (nobody else polls for it), which gives the
+/// one receive slot back; the next receive gets the next message, intact.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_receive_gives_its_slot_back_when_its_message_comes() {
+    let (server, client) = rdma_pair(&RdmaOptions::new().recv_depth(1)).await;
+    {
+        let mut recv = std::pin::pin!(server.recv(server.reg_msgs(8).unwrap(), ..));
+        // Posted and waiting (its busy-poll window passes within this first poll).
+        let pending =
+            std::future::poll_fn(|cx| Poll::Ready(recv.as_mut().poll(cx).is_pending())).await;
+        assert!(pending, "a receive completed before anything was sent");
+    }
+    let send = |n: u64| {
+        let mut msg = client.reg_msgs(8).unwrap();
+        msg.copy_from_slice(&n.to_le_bytes());
+        async {
+            let (sent, _) = client.send(msg, ..).await;
+            sent.unwrap();
+        }
+    };
+    // The dropped receive takes message 1; the next waits for its slot, then takes message 2.
+    guard("the first send", send(1)).await;
+    let next = server.recv(server.reg_msgs(8).unwrap(), ..);
+    let ((got, buf), ()) = guard("the next receive", async { tokio::join!(next, send(2)) }).await;
+    assert_eq!(got.unwrap().len(), 8);
+    assert_eq!(u64::from_le_bytes(buf[..8].try_into().unwrap()), 2);
 }
