@@ -870,16 +870,43 @@ impl StreamCore {
 
     /// Copies readable bytes into `buf`, consuming them unless `peek`.
     fn copy_out(&self, state: &mut CoreState, buf: &mut ReadBuf<'_>, peek: bool) -> io::Result<()> {
+        let ring = self.qp.buffer(RBUF);
+        self.take_readable(state, buf.remaining(), peek, |offset, n| {
+            ring.read_at(offset, &mut buf.initialize_unfilled_to(n)[..n])?;
+            buf.advance(n);
+            Ok(())
+        })
+    }
+
+    /// Copies up to `max` readable bytes to the end of `out` and consumes them.
+    fn copy_out_to_vec(
+        &self,
+        state: &mut CoreState,
+        max: usize,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let ring = self.qp.buffer(RBUF);
+        self.take_readable(state, max, false, |offset, n| {
+            ring.append_to(offset, n, out)
+        })
+    }
+
+    /// Hands up to `max` readable bytes, piece by piece (ring offset, length), to `put`; then,
+    /// unless peeking, consumes them.
+    fn take_readable(
+        &self,
+        state: &mut CoreState,
+        max: usize,
+        peek: bool,
+        mut put: impl FnMut(usize, usize) -> io::Result<()>,
+    ) -> io::Result<()> {
         let mut taken = 0;
         for seg in state.conn.readable_segments().as_slice() {
-            let n = seg.len.min(buf.remaining());
+            let n = seg.len.min(max - taken);
             if n == 0 {
                 break;
             }
-            self.qp
-                .buffer(RBUF)
-                .read_at(seg.offset, &mut buf.initialize_unfilled_to(n)[..n])?;
-            buf.advance(n);
+            put(seg.offset, n)?;
             taken += n;
         }
         if !peek {
@@ -936,11 +963,8 @@ impl StreamCore {
                 }
                 LendStep::Copy => {
                     let len = state.conn.read_status_len().min(max);
-                    let mut bytes = vec![0; len];
-                    let mut buf = ReadBuf::new(&mut bytes);
-                    self.copy_out(&mut state, &mut buf, false)?;
-                    let n = buf.filled().len();
-                    bytes.truncate(n);
+                    let mut bytes = Vec::with_capacity(len);
+                    self.copy_out_to_vec(&mut state, len, &mut bytes)?;
                     break LendOutcome::Copied(bytes);
                 }
                 LendStep::Deregister { half, key } => {

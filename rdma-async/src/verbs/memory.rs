@@ -762,6 +762,29 @@ impl RegisteredBuffer {
         }
     }
 
+    /// Appends the `len` bytes at `offset` to `out`, copying them straight into its spare
+    /// capacity (a copy path that zeroed the new bytes first would write them twice).
+    pub(crate) fn append_to(&self, offset: usize, len: usize, out: &mut Vec<u8>) -> io::Result<()> {
+        if self.cpu_access() != CpuAccess::ReadWrite {
+            let start = out.len();
+            out.resize(start + len, 0);
+            return self.read_at(offset, &mut out[start..]).inspect_err(|_| {
+                out.truncate(start);
+            });
+        }
+        let src = self.range_ptr(offset, len)?;
+        out.reserve(len);
+        let spare = out.spare_capacity_mut();
+        debug_assert!(spare.len() >= len);
+        // SAFETY: `src` starts a checked range of `len` bytes of the live allocation, and the
+        // reserve made room for `len` more bytes in `out`, which cannot overlap it (ordinary
+        // Rust memory).
+        unsafe { std::ptr::copy_nonoverlapping(src, spare.as_mut_ptr().cast::<u8>(), len) };
+        // SAFETY: within the capacity (reserved above), and the copy initialised those bytes.
+        unsafe { out.set_len(out.len() + len) };
+        Ok(())
+    }
+
     /// A scatter/gather entry for `len` bytes at `offset`, after checking the range.
     pub(crate) fn sge(&self, offset: usize, len: usize) -> io::Result<sys::ibv_sge> {
         self.check(offset, len)?;
