@@ -474,6 +474,8 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
     let mut batch = CompletionBatch::<32>::new();
     let mut link_open = true;
     let mut closing = false;
+    // Completions dispatched since this task last let other tasks run.
+    let mut woken_unrun = 0;
     // Armed when closing starts.
     let drain_deadline = tokio::time::sleep(DRAIN_LIMIT);
     tokio::pin!(drain_deadline);
@@ -488,8 +490,18 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
             // Once its close was seen, the link is no longer watched.
             woken = reap(&shared, &waiter, attending, link_open, &mut batch) => {
                 match woken {
-                    // `reap` dispatched them.
-                    Woken::Completions(Ok(_)) => {}
+                    // `reap` dispatched them, waking their operations. Those may run on this
+                    // thread (a current-thread runtime, or this worker's queue): once half of
+                    // what is in flight waits for its operation to run, let them post their
+                    // next requests before this task spins for more, or it holds the thread
+                    // for its busy-poll windows while the queue it watches runs dry.
+                    Woken::Completions(Ok(n)) => {
+                        woken_unrun += n;
+                        if woken_unrun * 2 >= shared.table.outstanding() {
+                            woken_unrun = 0;
+                            tokio::task::yield_now().await;
+                        }
+                    }
                     Woken::Completions(Err(e)) => {
                         // Nothing can be reaped any more: `exit` fails the connection.
                         exit.cause = Some(io::Error::new(

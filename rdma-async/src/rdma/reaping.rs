@@ -9,7 +9,10 @@
 //! The completion task attends the queue (arms it and waits for its events) only while some
 //! posted work request has nobody polling for it: an operation that parked, or one dropped
 //! before its completion ([`Reaping::unattended`]). An operation that finds its completion while
-//! spinning wakes no task: unless the task attends for others, no arm was made for it.
+//! spinning wakes no task: unless the task attends for others, no arm was made for it. Once
+//! half of what is in flight has completed and waits for its operation to run, the task yields
+//! before it spins for more: the operations it woke may share its thread (always, on a
+//! current-thread runtime), and cannot post their next requests while it spins.
 //!
 //! Whoever polls holds [`Reaping::lock`] from the poll to the end of the dispatch, so
 //! completions are handed out in queue order: a failed request's error is recorded before the
