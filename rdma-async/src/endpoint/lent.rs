@@ -133,8 +133,8 @@ impl Endpoint {
             payload: Payload::Lent { id, offset, len },
             signaled: true,
         };
-        if let Err(e) = self.qp.post(&req) {
-            slots.free.push(slot);
+        // Signaled: this call waits for its completion to give the region back.
+        if let Err(e) = self.post_send(&mut slots, slot, req, true) {
             return (Err(e), self.qp.reclaim(id).and_then(give_back));
         }
         slots.held[slot] = Some(id);

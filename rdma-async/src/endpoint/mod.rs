@@ -62,6 +62,33 @@ pub struct Endpoint {
     max_inline: usize,
     /// How often a waiting `recv` probes the peer ([`EndpointOptions::keepalive`]).
     keepalive: Option<Duration>,
+    /// Every how many sends one asks for a completion ([`crate::reactor::SendOrder::signal`]).
+    signal_interval: usize,
+    /// Send completions reaped, for the test hook that checks how few sends are signaled.
+    send_completions: std::sync::atomic::AtomicU64,
+}
+
+/// Every how many sends one is signaled, for a send queue `depth` deep: a quarter of the
+/// queue, so that slots come back while the rest is still in flight, and at most 16 (as
+/// `RStream`'s data writes), beyond which fewer completions save next to nothing.
+fn signal_interval(depth: u32) -> usize {
+    (depth as usize / 4).clamp(1, 16)
+}
+
+/// The work request of a probe: a 0-byte RDMA write to address 0 with rkey 0, as rsockets'
+/// keepalive, which the peer's device acknowledges without touching memory (no key is checked
+/// for 0 bytes) and its application never sees.
+fn empty_write(slot: usize) -> WorkRequest<'static> {
+    WorkRequest {
+        wr_id: slot as u64,
+        opcode: Opcode::Write {
+            remote_addr: 0,
+            rkey: 0,
+            imm: None,
+        },
+        payload: Payload::Empty,
+        signaled: true,
+    }
 }
 
 /// What `build` creates between route resolution and connect/accept.
@@ -208,6 +235,8 @@ impl Endpoint {
             max_message_size: options.max_message_size,
             max_inline,
             keepalive: options.keepalive,
+            signal_interval: signal_interval(options.send_depth),
+            send_completions: Default::default(),
         })
     }
 
@@ -235,6 +264,15 @@ impl Endpoint {
     /// The local queue pair number.
     pub fn qp_num(&self) -> u32 {
         self.qp.qp_num()
+    }
+
+    /// Test hook: how many send completions this endpoint has reaped (only some sends are
+    /// signaled).
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __send_completions(&self) -> u64 {
+        self.send_completions
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
@@ -342,24 +380,48 @@ impl Endpoint {
             wr_id: slot as u64,
             opcode: Opcode::Send { imm: None },
             payload,
-            signaled: true,
+            signaled: false,
         };
+        self.post_send(&mut slots, slot, req, false)
+    }
+
+    /// Posts `req` from send slot `slot` (just taken from the free ones), signaled when `must`
+    /// be or when [`crate::reactor::SendOrder::signal`] says; a failed post frees the slot again.
+    fn post_send(
+        &self,
+        slots: &mut SendSlots,
+        slot: usize,
+        mut req: WorkRequest<'_>,
+        must: bool,
+    ) -> io::Result<()> {
+        req.signaled = slots
+            .order
+            .signal(must, self.signal_interval, slots.free.len());
         if let Err(e) = self.qp.post(&req) {
             slots.free.push(slot);
             return Err(e);
         }
+        slots.order.posted(slot, req.signaled);
         Ok(())
     }
 
-    /// A send completed: its slot is free again (and a region it sent from comes back); the
-    /// first failure ends the connection.
+    /// A send completed: its slot, and those of the sends posted before it (an RC send queue
+    /// completes in order, so they are done and succeeded: a failed one completes on its own,
+    /// first), are free again, and a region one of them sent from comes back; the first
+    /// failure ends the connection.
     fn reap_send(&self, slots: &mut SendSlots, wc: &WorkCompletion) {
         let slot = wc.wr_id as usize;
-        let lent = slots.held.get_mut(slot).and_then(Option::take);
-        slots.release(slot);
-        if let Some(id) = lent {
-            self.region_sent(slots, id, wc.status.is_success());
+        self.send_completions
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut order = std::mem::take(&mut slots.order);
+        for done in order.complete(slot) {
+            let lent = slots.held.get_mut(done).and_then(Option::take);
+            slots.release(done);
+            if let Some(id) = lent {
+                self.region_sent(slots, id, done != slot || wc.status.is_success());
+            }
         }
+        slots.order = order;
         if !wc.status.is_success() && !self.send.error().is_set() {
             let err = wc_error(wc, self.peer_addr(), true);
             tracing::debug!(parent: self.link.span(), error = %err, "send failed");
@@ -415,18 +477,7 @@ impl Endpoint {
         let Some(slot) = slots.free.pop() else {
             return;
         };
-        let req = WorkRequest {
-            wr_id: slot as u64,
-            opcode: Opcode::Write {
-                remote_addr: 0,
-                rkey: 0,
-                imm: None,
-            },
-            payload: Payload::Empty,
-            signaled: true,
-        };
-        if let Err(e) = self.qp.post(&req) {
-            slots.free.push(slot);
+        if let Err(e) = self.post_send(&mut slots, slot, empty_write(slot), true) {
             tracing::debug!(parent: self.link.span(), error = %e, "posting a keepalive failed");
         }
     }
@@ -522,11 +573,21 @@ impl Endpoint {
     }
 
     /// Waits until every posted send completed (or failed), so an orderly disconnect does not
-    /// flush messages the peer was about to receive.
+    /// flush messages the peer was about to receive. Sends posted after the last signaled one
+    /// complete with no word: a signaled empty write behind them ([`empty_write`]) reports them.
     async fn flush_sends(&self) {
         let mut slots = self.send.lock().await;
         while slots.free.len() < slots.depth() && !self.send.error().is_set() {
             if self.link.is_disconnected() {
+                return;
+            }
+            // With no slot free the last send took the last one, and was signaled.
+            if slots.order.ends_unsignaled()
+                && let Some(slot) = slots.free.pop()
+                && self
+                    .post_send(&mut slots, slot, empty_write(slot), true)
+                    .is_err()
+            {
                 return;
             }
             let reap = &mut |s: &mut SendSlots, wc: &WorkCompletion| self.reap_send(s, wc);

@@ -52,7 +52,10 @@ impl EndpointOptions {
         self
     }
 
-    /// Sends in flight before `send` waits for completions.
+    /// Sends in flight before `send` waits for completions. Only some sends ask the device for
+    /// a completion: every `n / 4`-th (every one below 8, at most every 16th), the one that takes
+    /// the last free slot, and a `send_region`'s. Sends complete in order, so one completion
+    /// gives back the slots of every send before it; a failed send is always reported.
     pub fn send_depth(mut self, n: u32) -> Self {
         self.send_depth = n.max(1);
         self

@@ -8,7 +8,7 @@ use std::io;
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::{AsyncCq, ConnWaiter, Woken};
+use super::{AsyncCq, ConnWaiter, SendOrder, Woken};
 use crate::cm::link::CmLink;
 use crate::error::StickyError;
 use crate::verbs::{CompletionBatch, WorkCompletion};
@@ -22,6 +22,9 @@ pub(crate) struct Slots<R, H> {
     pub(crate) held: Vec<Option<H>>,
     /// What completed and waits to be taken, oldest first.
     pub(crate) ready: VecDeque<R>,
+    /// The order the slots were posted in, for a send queue that signals only some sends
+    /// (`Endpoint`'s); unused by queues that signal every work request.
+    pub(crate) order: SendOrder,
 }
 
 impl<R, H> Slots<R, H> {
@@ -65,6 +68,7 @@ impl<R, H> SlotQueue<R, H> {
                 free: (0..depth).rev().collect(),
                 held: (0..depth).map(|_| None).collect(),
                 ready: VecDeque::new(),
+                order: SendOrder::default(),
             }),
             error: StickyError::default(),
         })

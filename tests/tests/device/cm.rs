@@ -387,3 +387,46 @@ async fn local_disconnect_ends_sends_and_receives_at_once() {
     guard("server", server).await.unwrap().unwrap();
     guard("closed", client.closed()).await.unwrap();
 }
+
+/// Only some sends are signaled (a quarter of `send_depth`'s, at most every 16th, and the one that
+/// takes the last free slot): a sender that keeps the queue full still gets slots back, every
+/// message arrives in order, and a disconnect after unsignaled sends waits for them (an empty
+/// signaled write behind them reports their completion) before the peer sees the reset.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn few_sends_are_signaled_yet_every_message_arrives_before_the_disconnect() {
+    const MESSAGES: u32 = 1000;
+    // 16 slots: every 4th send is signaled.
+    let opts = EndpointOptions::new().send_depth(16).recv_depth(64);
+    let (server, client) = endpoint_pair(&opts).await;
+    let sender = tokio::spawn(async move {
+        // 1000 is no multiple of 4: the last sends go unsignaled.
+        for i in 0..MESSAGES + 2 {
+            let len = 8 + (i as usize * 7) % 300;
+            let mut msg = vec![(i % 251) as u8; len];
+            msg[..4].copy_from_slice(&i.to_le_bytes());
+            client.send(&msg).await?;
+        }
+        client.disconnect().await?;
+        Ok::<_, io::Error>(client.__send_completions())
+    });
+    for i in 0..MESSAGES + 2 {
+        let msg = guard("recv", server.recv()).await.unwrap();
+        assert_eq!(
+            msg.len(),
+            8 + (i as usize * 7) % 300,
+            "message {i}'s length"
+        );
+        assert_eq!(u32::from_le_bytes(msg[..4].try_into().unwrap()), i, "order");
+        assert!(
+            msg[4..].iter().all(|&b| b == (i % 251) as u8),
+            "message {i}'s bytes"
+        );
+    }
+    let (kind, msg) = err_kind(guard("recv after disconnect", server.recv()).await);
+    assert_eq!(kind, io::ErrorKind::ConnectionReset, "{msg}");
+    let completions = guard("sender", sender).await.unwrap().unwrap();
+    assert!(
+        completions > 0 && completions * 3 <= u64::from(MESSAGES),
+        "{completions} send completions for {MESSAGES} sends: about one per 4 expected"
+    );
+}
