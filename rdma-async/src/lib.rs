@@ -63,7 +63,7 @@
 //! Levels: `debug` for the life of connections and listeners (listen, connect, accept, reject,
 //! disconnect, release, failed connects); `warn` for what a peer did wrong or what broke a
 //! connection (failed handshakes, transport failures, protocol violations); `error` for a listener
-//! whose device went away. Device asynchronous events (see [`device::events`]) are logged with
+//! whose device went away. Device asynchronous events (see [`device::events()`]) are logged with
 //! target `rdma_async::device::events` and fields `device`, `event`, `port`, `qp`: `error` for
 //! fatal queue pair, completion queue and device events, `warn` for a port going down, `info` for
 //! a port coming up, `debug` for the rest.

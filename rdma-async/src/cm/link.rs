@@ -38,7 +38,7 @@ pub(crate) struct CmLink {
     id: Arc<CmId>,
     events: CmEvents,
     /// Shared with the device event reader, which may end the connection (see
-    /// [`crate::device::events`]).
+    /// [`crate::device::events()`]).
     state: Arc<Mutex<LinkState>>,
     /// The link's entry among the queue pair owners the device event reader knows.
     registered: Option<Registration>,

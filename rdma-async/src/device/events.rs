@@ -1,13 +1,13 @@
 //! Device asynchronous events (`ibv_get_async_event`) on the Tokio reactor: port up and down,
 //! GID table changes, fatal queue pair errors and the like.
 //!
-//! One reader per device per process, started lazily (by [`events`] or by the first connection
+//! One reader per device per process, started lazily (by [`events()`] or by the first connection
 //! made on a runtime) as a task on the current Tokio runtime: it reads the event descriptor of
 //! librdmacm's context of the device (the one every id, queue pair and completion queue of the
 //! crate uses), so it sees the events of every connection of the process. Each event is logged
 //! with `tracing` (target `rdma_async::device::events`, fields `device`, `event`, `port`, `qp`),
 //! acknowledged at once, counted ([`event_counts`]) and broadcast to the subscribers of
-//! [`events`]. A queue pair event that means the queue pair is broken (`IBV_EVENT_QP_FATAL`,
+//! [`events()`]. A queue pair event that means the queue pair is broken (`IBV_EVENT_QP_FATAL`,
 //! `IBV_EVENT_QP_REQ_ERR`, `IBV_EVENT_QP_ACCESS_ERR`) ends the connection that owns the queue
 //! pair: it is disconnected, and its operations fail with `ConnectionAborted` naming the event.
 //!
@@ -185,7 +185,7 @@ impl fmt::Display for DeviceEvent {
     }
 }
 
-/// A subscription to every device's asynchronous events, from [`events`].
+/// A subscription to every device's asynchronous events, from [`events()`].
 #[derive(Debug)]
 pub struct DeviceEvents {
     rx: broadcast::Receiver<DeviceEvent>,
@@ -257,7 +257,7 @@ pub fn event_counts() -> BTreeMap<(String, DeviceEventKind), u64> {
 /// The state of each port as its last port event left it, by device name and port number:
 /// `Active` after `IBV_EVENT_PORT_ACTIVE`, `Down` after `IBV_EVENT_PORT_ERR` (on InfiniBand
 /// the port may be `Init` or `Armed` then; [`Device::port_state`] asks the device). Kept by
-/// the event readers (see [`events`]) while they run, without a system call; ports without an
+/// the event readers (see [`events()`]) while they run, without a system call; ports without an
 /// event since the readers started are not in it.
 pub fn port_states() -> BTreeMap<(String, u8), PortState> {
     lock(&watcher().ports).clone()
@@ -265,7 +265,7 @@ pub fn port_states() -> BTreeMap<(String, u8), PortState> {
 
 impl Device {
     /// The state of port `port` now, asked of the device (`ibv_query_port` on librdmacm's
-    /// context of the device, which stays open in the process). Port events ([`events`]) say
+    /// context of the device, which stays open in the process). Port events ([`events()`]) say
     /// when to look again.
     ///
     /// # Errors

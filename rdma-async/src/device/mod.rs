@@ -1,7 +1,7 @@
 //! The RDMA devices of this machine and what they can do (as `ibv_devices` and `ibv_devinfo`
 //! show them), their ports and GID tables ([`Device::ports`], as `ibv_devinfo -v` and
 //! `rdma link`), choosing the device, port and GID a connection or listener goes through
-//! ([`DeviceChoice`]), and the devices' asynchronous events ([`events`]).
+//! ([`DeviceChoice`]), and the devices' asynchronous events ([`events()`]).
 
 use std::io;
 use std::path::Path;

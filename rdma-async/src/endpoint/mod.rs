@@ -522,8 +522,13 @@ impl Endpoint {
         let msg = match lent {
             Some(buffer) => lent::received(buffer, len),
             None => {
-                let mut msg = vec![0; len];
-                if let Err(e) = self.qp.buffer(RECV_BUFFER).read_at(slot * max, &mut msg) {
+                // Copied straight into the new buffer, not zeroed first.
+                let mut msg = Vec::with_capacity(len);
+                if let Err(e) = self
+                    .qp
+                    .buffer(RECV_BUFFER)
+                    .append_to(slot * max, len, &mut msg)
+                {
                     self.recv.error().set(e);
                     return;
                 }

@@ -96,7 +96,7 @@ impl CmWatch {
         self.poll_registered(link)
     }
 
-    /// As [`CmLink::try_closed`]: whether the connection is closed or closing, reading the
+    /// Whether the connection is closed or closing, reading the
     /// channel only when it turned readable since it was last read.
     pub(crate) fn try_closed(&self, link: &CmLink) -> io::Result<bool> {
         if let Poll::Ready(Err(e)) = self.poll_registered(link) {

@@ -1,6 +1,6 @@
-//! [`LentBytes`]: received bytes handed to a reader by [`RStream::read_lent`]
-//! (super::RStream::read_lent), in the receive ring itself when they can be lent, copied out
-//! otherwise.
+//! [`LentBytes`]: received bytes handed to a reader by
+//! [`RStream::read_lent`](super::RStream::read_lent), in the receive ring itself when they can
+//! be lent, copied out otherwise.
 
 use std::fmt;
 use std::ops::Deref;
