@@ -65,6 +65,7 @@ pub struct Endpoint {
     /// Every how many sends one asks for a completion ([`crate::reactor::SendOrder::signal`]).
     signal_interval: usize,
     /// Send completions reaped, for the test hook that checks how few sends are signaled.
+    #[cfg(feature = "test-hooks")]
     send_completions: std::sync::atomic::AtomicU64,
 }
 
@@ -236,6 +237,7 @@ impl Endpoint {
             max_inline,
             keepalive: options.keepalive,
             signal_interval: signal_interval(options.send_depth),
+            #[cfg(feature = "test-hooks")]
             send_completions: Default::default(),
         })
     }
@@ -411,6 +413,7 @@ impl Endpoint {
     /// failure ends the connection.
     fn reap_send(&self, slots: &mut SendSlots, wc: &WorkCompletion) {
         let slot = wc.wr_id as usize;
+        #[cfg(feature = "test-hooks")]
         self.send_completions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut order = std::mem::take(&mut slots.order);
