@@ -34,6 +34,8 @@ struct Measured {
     msgs: u64,
     secs: Duration,
     cost: Option<(Usage, Usage)>,
+    /// `ibv_post_send` calls made, where the API counts them.
+    post_sends: Option<u64>,
 }
 
 impl Measured {
@@ -45,9 +47,12 @@ impl Measured {
                 (after.switches - before.switches) as f64 / n,
             )
         });
+        let posts = self.post_sends.map_or(String::new(), |p| {
+            format!(" post_sends_per_msg={:.3}", p as f64 / n)
+        });
         println!(
             "{kind} {side} depth={depth} size={size} msgs={} secs={:.3} msgs_per_s={:.0} \
-             cpu_us_per_msg={cpu:.2} switches_per_msg={switches:.3}",
+             cpu_us_per_msg={cpu:.2} switches_per_msg={switches:.3}{posts}",
             self.msgs,
             self.secs.as_secs_f64(),
             n / self.secs.as_secs_f64().max(1e-9),
@@ -79,6 +84,7 @@ async fn serve_send(listener: CmListener, depth: u32, size: usize) -> Result<(),
         msgs: count,
         secs: start.elapsed(),
         cost: Some((usage, Usage::now()?)),
+        post_sends: None,
     };
     server.send(&count.to_le_bytes()).await?;
     measured.report("send", "server", depth, size);
@@ -105,6 +111,7 @@ async fn client_send(
         msgs: count,
         secs: start.elapsed(),
         cost: Some((usage, Usage::now()?)),
+        post_sends: None,
     };
     if done.len() != DONE_LEN || u64::from_le_bytes(done[..].try_into()?) != count {
         return Err("the server did not receive every message".into());
@@ -132,6 +139,7 @@ async fn serve_write(listener: CmListener, depth: u32, size: usize) -> Result<()
         msgs: count,
         secs: Duration::ZERO,
         cost: None,
+        post_sends: None,
     };
     measured.report("write", "server", depth, size);
     drop(target);
@@ -154,7 +162,7 @@ async fn client_write(
     let (got, inbox) = conn.recv(inbox, ..).await;
     got?;
     let remote = RemoteRegion::from_bytes(&inbox)?;
-    let (usage, start) = (Usage::now()?, Instant::now());
+    let (usage, start, posts) = (Usage::now()?, Instant::now(), conn.post_send_calls());
     let mut tasks = tokio::task::JoinSet::new();
     for task in 0..u64::from(depth) {
         let conn = conn.clone();
@@ -178,6 +186,7 @@ async fn client_write(
         msgs: count,
         secs: start.elapsed(),
         cost: Some((usage, Usage::now()?)),
+        post_sends: Some(conn.post_send_calls() - posts),
     };
     let mut done = conn.reg_msgs(DONE_LEN)?;
     done.copy_from_slice(&count.to_le_bytes());

@@ -22,8 +22,8 @@ use crate::cm::link::CmLink;
 use crate::error::{StickyError, wc_error};
 use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, Woken};
 use crate::verbs::{
-    CallerMemoryQueuePair, CompletionBatch, Held, IdDevice, InFlightTable, ProtectionDomain,
-    Ticket, WcStatus, WorkCompletion, WorkQueue,
+    CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable, Posted,
+    ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,
 };
 
 /// How long a dropped connection waits for its flushed work requests before freeing everything
@@ -97,24 +97,35 @@ impl ConnShared {
     }
 
     /// Waits for room in `queue`, then posts with `post` (unless the connection is closed or
-    /// failed); returns the completion and the buffers.
+    /// failed); returns the completion and the buffers. `post` is told whether to defer the
+    /// doorbell: on the send queue while other requests are outstanding ([`Ring`]).
     pub(super) async fn execute(
         &self,
         queue: WorkQueue,
         held: Held,
-        post: impl FnOnce(Held) -> Result<Ticket, (io::Error, Held)>,
+        post: impl FnOnce(Held, bool) -> Result<Posted, (io::Error, Held)>,
     ) -> (io::Result<WorkCompletion>, Held) {
         let sending = queue == WorkQueue::Send;
         let guarded = |held: Held| {
             if let Some(err) = self.refusal(queue) {
                 return Err((err, held));
             }
+            let defer = sending && !self.alone_on(queue);
             let mut held = Some(held);
             match self
                 .link
-                .while_open(|| post(held.take().unwrap_or_default()))
+                .while_open(|| post(held.take().unwrap_or_default(), defer))
             {
-                Some(posted) => posted,
+                Some(Ok(posted)) => {
+                    let ring = match posted.doorbell {
+                        Doorbell::Rung => Ring::Rung,
+                        Doorbell::Deferred { .. } if !defer => Ring::Now,
+                        Doorbell::Deferred { first: true } => Ring::AfterOthers,
+                        Doorbell::Deferred { first: false } => Ring::ByAnother,
+                    };
+                    Ok((posted.ticket, ring))
+                }
+                Some(Err(refused)) => Err(refused),
                 None => Err((self.link.closed_error(sending), held.unwrap_or_default())),
             }
         };
@@ -123,6 +134,28 @@ impl ConnShared {
             queue,
         };
         post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper)).await
+    }
+
+    /// Posts the send-queue requests operations left for one doorbell ([`Ring`]), if any. If
+    /// that fails, or the connection closed meanwhile, some of them may never complete: the
+    /// connection ends ([`Self::fail`]), which flushes them. Never called with the reaping lock
+    /// held (`fail` takes it).
+    pub(super) fn ring(&self) {
+        if !self.qp.has_deferred() {
+            return;
+        }
+        let cause = match self.link.while_open(|| self.qp.ring()) {
+            Some(Ok(())) => return,
+            Some(Err(e)) => io::Error::new(
+                e.kind(),
+                format!(
+                    "posting queued work requests to the connection to {} failed: {e}",
+                    self.link.peer_addr()
+                ),
+            ),
+            None => self.link.closed_error(true),
+        };
+        self.fail(cause);
     }
 
     /// Whether the completion task must attend the queue: some work request has nobody else
@@ -230,7 +263,7 @@ impl ConnShared {
     /// and gets its buffers back. No buffer is handed back while the device could still touch
     /// it: the queue pair is destroyed first.
     fn fail(&self, cause: io::Error) {
-        tracing::warn!(parent: self.link.span(), error = %cause, "the connection's completion task ended; failing the connection");
+        tracing::warn!(parent: self.link.span(), error = %cause, "failing the connection");
         self.failure.set(cause);
         // Posts happen only while the link is open (`while_open`, under its lock), so none
         // is in progress or follows once this returns; the peer learns the connection ended.
@@ -295,15 +328,37 @@ pub(super) struct Reaper<'a> {
     queue: WorkQueue,
 }
 
+/// When a posted request's doorbell rings (`ibv_post_send`), which hands it to the device.
+///
+/// An operation alone on the send queue posts at once. One posted while others are outstanding
+/// leaves its request in the queue pair's deferred chain, and the first of a chain lets the
+/// tasks ready on its thread run before it rings: those (the operations the completion task
+/// just woke, posting their next requests) add theirs, and one `ibv_post_send` posts them all. The
+/// completion task also rings before it polls, so that it never spins for completions of
+/// requests that were not posted. A first operation dropped before it rang rings as it is
+/// dropped ([`Claim`]'s `Drop`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ring {
+    /// Posted with its own doorbell.
+    Rung,
+    /// Deferred behind others waiting: ring before waiting.
+    Now,
+    /// First of a chain: ring after letting the other operations run.
+    AfterOthers,
+    /// Another operation (or the completion task) rings.
+    ByAnother,
+}
+
 /// Waits for one of `slots`, posts with `post`, and waits for the completion in `table`; returns
 /// it with the buffers. The slot is given back by whoever frees the table slot. With a `reaper`
-/// (a connection's own queue pair), the operation may poll for its completion itself; without
-/// one (a shared receive queue's), the completion tasks of its connections hand it over.
+/// (a connection's own queue pair), the operation may poll for its completion itself and rings
+/// the doorbell of a deferred post ([`Ring`]); without one (a shared receive queue's), the
+/// completion tasks of its connections hand it over.
 pub(super) async fn post_and_wait(
     table: &InFlightTable,
     slots: &Semaphore,
     held: Held,
-    post: impl FnOnce(Held) -> Result<Ticket, (io::Error, Held)>,
+    post: impl FnOnce(Held) -> Result<(Ticket, Ring), (io::Error, Held)>,
     reaper: Option<Reaper<'_>>,
 ) -> (io::Result<WorkCompletion>, Held) {
     match slots.acquire().await {
@@ -314,14 +369,20 @@ pub(super) async fn post_and_wait(
             return (Err(err), held);
         }
     }
-    let ticket = match post(held) {
-        Ok(ticket) => ticket,
+    let (ticket, ring) = match post(held) {
+        Ok(posted) => posted,
         Err((e, held)) => {
             slots.add_permits(1);
             return (Err(e), held);
         }
     };
-    let (wc, held) = Claim::new(table, slots, ticket, reaper).completion().await;
+    let claim = Claim::new(table, slots, ticket, reaper, ring == Ring::AfterOthers);
+    if ring == Ring::Now
+        && let Some(r) = &claim.reaper
+    {
+        r.shared.ring();
+    }
+    let (wc, held) = claim.completion().await;
     (Ok(wc), held)
 }
 
@@ -335,6 +396,8 @@ struct Claim<'a> {
     reaper: Option<Reaper<'a>>,
     /// Counted as unattended ([`Reaping::leave`]) while it waits.
     parked: bool,
+    /// It rings the doorbell of its deferred chain ([`Ring::AfterOthers`]), once.
+    rings: bool,
     done: bool,
 }
 
@@ -344,6 +407,7 @@ impl<'a> Claim<'a> {
         slots: &'a Semaphore,
         ticket: Ticket,
         reaper: Option<Reaper<'a>>,
+        rings: bool,
     ) -> Self {
         Claim {
             table,
@@ -351,12 +415,34 @@ impl<'a> Claim<'a> {
             ticket,
             reaper,
             parked: false,
+            rings,
             done: false,
         }
     }
 
+    /// Rings the doorbell of its deferred chain if it is the one to.
+    fn ring(&mut self) {
+        if std::mem::take(&mut self.rings)
+            && let Some(r) = &self.reaper
+        {
+            r.shared.ring();
+        }
+    }
+
     async fn completion(mut self) -> (WorkCompletion, Held) {
-        // Alone on its queue, the operation first polls for its completion itself.
+        let alone = self
+            .reaper
+            .as_ref()
+            .is_some_and(|r| r.shared.alone_on(r.queue));
+        if self.rings || alone {
+            // The tasks ready on this thread run first: they add their requests to this one's
+            // chain, or post theirs beside a lone one, which then parks instead of spinning
+            // (a lone operation that spun would keep them from posting until it completed,
+            // so tasks each doing one operation at a time would run one at a time).
+            run_ready_tasks().await;
+            self.ring();
+        }
+        // Still alone on its queue, the operation first polls for its completion itself.
         let missed = match &self.reaper {
             Some(r) if r.shared.alone_on(r.queue) => r.shared.spin_for(r.queue, &self.ticket),
             _ => false,
@@ -401,6 +487,8 @@ impl Drop for Claim<'_> {
         if self.done {
             return;
         }
+        // Its chain waits for this doorbell (its own request too, which stays outstanding).
+        self.ring();
         match self.table.abandon(&self.ticket) {
             Some((_, held)) => {
                 drop(held);
@@ -418,6 +506,23 @@ impl Drop for Claim<'_> {
             }
         }
     }
+}
+
+/// Lets the tasks that are ready to run on this thread run, once: the task wakes itself and
+/// returns `Pending`, which Tokio's schedulers treat as a yield (the task goes to the back of the
+/// run queue). Unlike `tokio::task::yield_now`, it does not wait for the I/O driver to be
+/// polled first, which would cost a system call where no other task is ready.
+async fn run_ready_tasks() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 /// Ends the connection ([`ConnShared::fail`]) when the completion task ends without finishing
@@ -480,6 +585,9 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
     let drain_deadline = tokio::time::sleep(DRAIN_LIMIT);
     tokio::pin!(drain_deadline);
     loop {
+        // What the operations that just ran left for one doorbell goes out before this task
+        // spins for completions.
+        shared.ring();
         if closing && shared.table.outstanding() == 0 {
             exit.cause = None;
             break;

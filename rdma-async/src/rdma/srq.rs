@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use tokio::sync::Semaphore;
 
-use super::completion_task::{lost_buffer, post_and_wait};
+use super::completion_task::{Ring, lost_buffer, post_and_wait};
 use super::connection::{Received, span};
 use super::region::sealed::Carried;
 use super::region::{LocalRegion, RegisteredBytes, foreign_region};
@@ -151,7 +151,7 @@ impl SharedReceiveQueue {
             srq.table(),
             &self.inner.slots,
             Held::One(buf.into_user().0),
-            |h| srq.post_recv_caller(h, &segments),
+            |h| srq.post_recv_caller(h, &segments).map(|t| (t, Ring::Rung)),
             None,
         )
         .await;

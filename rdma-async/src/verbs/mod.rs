@@ -14,6 +14,7 @@ mod cm_devices;
 mod cm_id;
 mod comp_queue;
 mod completion_batch;
+mod deferred_sends;
 mod device_attr;
 mod device_list;
 mod event_channel;
@@ -56,7 +57,7 @@ pub(crate) use memory_window::{MemoryWindow, WindowBinding, WindowOp};
 pub(crate) use odp::{OdpCaps, prefetch};
 pub(crate) use protection_domain::ProtectionDomain;
 pub(crate) use queue_pair::{
-    BufferView, MAX_SEGMENTS, Opcode, Payload, QpCaps, Segment, WorkRequest,
+    BufferView, Doorbell, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps, Segment, WorkRequest,
 };
 #[cfg(feature = "test-hooks")]
 pub use resource_limits::Resource;

@@ -26,6 +26,7 @@ use rdma_async_sys as sys;
 
 use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
+use super::deferred_sends::DeferredSends;
 use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::memory::RegisteredBuffer;
 use super::memory_window::{MemoryWindow, WindowOp, fill_invalidate_key};
@@ -130,6 +131,36 @@ pub struct CallerMemory {
     inline_limit: u32,
     /// Sends and writes posted with their bytes inline (`IBV_SEND_INLINE`).
     inline_posts: AtomicU64,
+    /// `ibv_post_send` calls: doorbells rung.
+    send_posts: AtomicU64,
+    /// Send-queue requests built but not yet posted ([`CallerMemoryQueuePair::ring`]).
+    deferred: DeferredSends,
+}
+
+/// Whether a send-queue request reached the device when it was posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Doorbell {
+    /// Posted with its own `ibv_post_send`.
+    Rung,
+    /// Left for [`CallerMemoryQueuePair::ring`]; `first` when the requests waiting before it
+    /// were none, so that its operation is the one that rings.
+    Deferred { first: bool },
+}
+
+/// A request moved into the in-flight table and posted, or left to be posted.
+#[derive(Debug)]
+pub(crate) struct Posted {
+    pub(crate) ticket: Ticket,
+    pub(crate) doorbell: Doorbell,
+}
+
+impl From<Ticket> for Posted {
+    fn from(ticket: Ticket) -> Self {
+        Posted {
+            ticket,
+            doorbell: Doorbell::Rung,
+        }
+    }
 }
 
 /// A queue pair that posts from the registered buffers it owns (ring buffers, message slots).
@@ -667,6 +698,8 @@ impl CallerMemoryQueuePair {
             srq,
             inline_limit: 0,
             inline_posts: AtomicU64::new(0),
+            send_posts: AtomicU64::new(0),
+            deferred: DeferredSends::default(),
         };
         let asked = caps.max_inline_data;
         let mut qp = Self::create(
@@ -693,20 +726,39 @@ impl CallerMemoryQueuePair {
         self.memory.inline_posts.load(Ordering::Relaxed)
     }
 
+    /// How many `ibv_post_send` calls the send queue took.
+    pub(crate) fn send_posts(&self) -> u64 {
+        self.memory.send_posts.load(Ordering::Relaxed)
+    }
+
+    /// Posts `wr` (and the requests linked after it), counting the doorbell.
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::post_send_wr`].
+    unsafe fn post_send_counted(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
+        self.memory.send_posts.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's obligations are those of `post_send_wr`.
+        unsafe { self.post_send_wr(wr) }
+    }
+
     /// Moves `held` into the in-flight table and posts a signaled send-queue work request over
     /// `segments` of it; a send or write of 1 to `max_inline_data` bytes goes inline (the
     /// provider copies the bytes while posting, sparing the device a DMA read; the buffers are
-    /// still held until the completion, as for any other request). On failure nothing was
-    /// posted and the buffers come back.
+    /// still held until the completion, as for any other request). With `defer`, or while
+    /// deferred requests wait (they go first), the request is left for [`Self::ring`] instead.
+    /// On failure nothing was posted and the buffers come back.
     pub(crate) fn post_caller(
         &self,
         opcode: Opcode,
         held: Held,
         segments: &[Segment],
-    ) -> Result<Ticket, (io::Error, Held)> {
+        defer: bool,
+    ) -> Result<Posted, (io::Error, Held)> {
         let table = &self.memory.table;
         let max_sge = self.max_send_sge;
-        hold_and_post(
+        let mut doorbell = Doorbell::Rung;
+        let ticket = hold_and_post(
             table,
             WorkQueue::Send,
             held,
@@ -727,16 +779,49 @@ impl CallerMemoryQueuePair {
                     wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
                 }
                 set_opcode(&mut wr, opcode);
-                // SAFETY: every entry covers a checked range of a buffer that the table holds until
-                // this request's completion is polled, and the table outlives the QP (it is in
-                // `memory`, dropped after the QP is destroyed).
-                let posted = unsafe { self.post_send_wr(&mut wr) };
+                let posted = if defer || self.memory.deferred.is_waiting() {
+                    // Its entries are copied; the table holds the buffers they name until the
+                    // completion, also for an inline request (the provider copies its bytes
+                    // when it is posted).
+                    let first = self.memory.deferred.push(wr, sges);
+                    doorbell = Doorbell::Deferred { first };
+                    Ok(())
+                } else {
+                    // SAFETY: every entry covers a checked range of a buffer that the table
+                    // holds until this request's completion is polled, and the table outlives
+                    // the QP (it is in `memory`, dropped after the QP is destroyed).
+                    unsafe { self.post_send_counted(&mut wr) }
+                };
                 if posted.is_ok() && inline {
                     self.memory.inline_posts.fetch_add(1, Ordering::Relaxed);
                 }
                 posted
             },
-        )
+        )?;
+        Ok(Posted { ticket, doorbell })
+    }
+
+    /// Whether requests left by [`Self::post_caller`] wait for [`Self::ring`].
+    pub(crate) fn has_deferred(&self) -> bool {
+        self.memory.deferred.is_waiting()
+    }
+
+    /// Posts the requests [`Self::post_caller`] left, in the order left, with one
+    /// `ibv_post_send`.
+    ///
+    /// # Errors
+    ///
+    /// `ibv_post_send`'s, or `NotConnected` once the queue pair was destroyed. Some of the
+    /// requests may then not have been posted: they stay outstanding in the table, which only
+    /// destroying the queue pair and flushing the table settles (what the connection does).
+    pub(crate) fn ring(&self) -> io::Result<()> {
+        self.memory.deferred.post_all(|head| {
+            // SAFETY: every request of the list was built by `post_caller` over entries it
+            // checked against buffers the table holds until the request's completion is polled
+            // or the QP is destroyed (the table outlives the QP: it is in `memory`); `post_all`
+            // linked the list and its entries, which live for this call.
+            unsafe { self.post_send_counted(head) }
+        })
     }
 
     /// Moves `held` (a [`Held::Window`]) into the in-flight table and posts a signaled bind or
@@ -788,7 +873,7 @@ impl CallerMemoryQueuePair {
         // SAFETY: the request has no scatter/gather list; the window and the region it names
         // are in the table's slot until its completion is polled, and the table outlives the
         // queue pair (it is in `memory`).
-        if let Err(e) = unsafe { self.post_send_wr(&mut wr) } {
+        if let Err(e) = unsafe { self.post_send_counted(&mut wr) } {
             return Err((e, self.memory.table.take_back(ticket)));
         }
         Ok(ticket)
