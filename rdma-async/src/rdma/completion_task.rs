@@ -136,26 +136,41 @@ impl ConnShared {
         post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper)).await
     }
 
-    /// Posts the send-queue requests operations left for one doorbell ([`Ring`]), if any. If
-    /// that fails, or the connection closed meanwhile, some of them may never complete: the
-    /// connection ends ([`Self::fail`]), which flushes them. Never called with the reaping lock
-    /// held (`fail` takes it).
+    /// Posts the send-queue requests operations left for one doorbell ([`Ring`]), if any. Once
+    /// the connection closed they are not posted: each completes here as flushed (the device
+    /// never saw them), as a post after the close is refused. If the post fails, some of them
+    /// may not have reached the device, and which is not known: the connection ends
+    /// ([`Self::fail`]), which flushes every outstanding request with the cause. Never called
+    /// with the reaping lock held (this takes it, as `fail` does).
     pub(super) fn ring(&self) {
         if !self.qp.has_deferred() {
             return;
         }
-        let cause = match self.link.while_open(|| self.qp.ring()) {
+        let e = match self.link.while_open(|| self.qp.ring()) {
             Some(Ok(())) => return,
-            Some(Err(e)) => io::Error::new(
-                e.kind(),
-                format!(
-                    "posting queued work requests to the connection to {} failed: {e}",
-                    self.link.peer_addr()
-                ),
-            ),
-            None => self.link.closed_error(true),
+            Some(Err(e)) => e,
+            None => {
+                // Closed: nothing posts any more (posts happen only while open), so these stay
+                // unposted and their buffers may go back now.
+                let unposted = self.qp.forget_deferred();
+                let _polling = self.reaping.lock();
+                for wr_id in unposted {
+                    self.dispatch(&[WorkCompletion {
+                        wr_id,
+                        status: WcStatus::FLUSH,
+                        ..WorkCompletion::EMPTY
+                    }]);
+                }
+                return;
+            }
         };
-        self.fail(cause);
+        self.fail(io::Error::new(
+            e.kind(),
+            format!(
+                "posting queued work requests to the connection to {} failed: {e}",
+                self.link.peer_addr()
+            ),
+        ));
     }
 
     /// Whether the completion task must attend the queue: some work request has nobody else
@@ -430,15 +445,17 @@ impl<'a> Claim<'a> {
     }
 
     async fn completion(mut self) -> (WorkCompletion, Held) {
+        // A lone operation in a spawned task lets the tasks ready on its thread run first: they
+        // may post theirs beside it, and it then parks instead of spinning (one that spun
+        // would keep them from posting until it completed, so tasks each doing one operation
+        // at a time would run one at a time). Outside a task (a `block_on` future) the yield
+        // could cost the runtime a wake-up through its driver, and it spins at once as before.
         let alone = self
             .reaper
             .as_ref()
             .is_some_and(|r| r.shared.alone_on(r.queue));
-        if self.rings || alone {
-            // The tasks ready on this thread run first: they add their requests to this one's
-            // chain, or post theirs beside a lone one, which then parks instead of spinning
-            // (a lone operation that spun would keep them from posting until it completed,
-            // so tasks each doing one operation at a time would run one at a time).
+        if self.rings || (alone && tokio::task::try_id().is_some()) {
+            // The chain's first also lets them add their requests to its chain first.
             run_ready_tasks().await;
             self.ring();
         }
@@ -509,9 +526,10 @@ impl Drop for Claim<'_> {
 }
 
 /// Lets the tasks that are ready to run on this thread run, once: the task wakes itself and
-/// returns `Pending`, which Tokio's schedulers treat as a yield (the task goes to the back of the
-/// run queue). Unlike `tokio::task::yield_now`, it does not wait for the I/O driver to be
-/// polled first, which would cost a system call where no other task is ready.
+/// returns `Pending`, which Tokio's schedulers treat as a yield (a task goes to the back of its
+/// worker's run queue, and wakes no other worker while it is the only one there). Unlike
+/// `tokio::task::yield_now`, it does not wait for the I/O driver to be polled first, which
+/// costs a system call where no other task is ready.
 async fn run_ready_tasks() {
     let mut yielded = false;
     std::future::poll_fn(|cx| {

@@ -434,6 +434,15 @@ impl RdmaConnection {
         self.shared.cq.fail_next_poll();
     }
 
+    /// Test hook: the next `ibv_post_send` of requests that several operations left to share a
+    /// doorbell fails (`ENOMEM`, as a provider refusing the chain would), and none of them is
+    /// posted.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __fail_next_chained_post(&self) {
+        self.shared.qp.fail_next_ring();
+    }
+
     /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
     /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
     ///
@@ -680,6 +689,8 @@ impl RdmaConnection {
             WindowOp::Bind { .. } => OpKind::BindWindow,
             WindowOp::Invalidate => OpKind::InvalidateWindow,
         };
+        // Window requests are posted at once: the writes polled before go first.
+        self.shared.ring();
         let qp = &self.shared.qp;
         let (result, held) = self
             .shared

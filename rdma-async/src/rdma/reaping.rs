@@ -2,9 +2,10 @@
 //!
 //! An operation that is alone on its work queue polls the queue itself for a busy-poll window
 //! after posting, rather than waiting for the completion task to poll and wake it: at queue
-//! depth 1 that saves a task switch per operation. It first lets the tasks ready on its thread
-//! run once, and spins only if it is still alone then: many tasks doing one operation each
-//! would otherwise run one at a time, each spinning while the others could not post. With
+//! depth 1 that saves a task switch per operation. In a spawned task it first lets the tasks
+//! ready on its thread run once, and spins only if it is still alone then: many tasks doing one
+//! operation each would otherwise run one at a time, each spinning while the others could not
+//! post. With
 //! others outstanding it parks at once: spinning would hold the thread while the operations
 //! whose completions come first cannot post their next requests.
 //!

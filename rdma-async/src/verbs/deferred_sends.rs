@@ -72,6 +72,19 @@ impl DeferredSends {
         first
     }
 
+    /// Forgets the waiting requests without posting them; returns their `wr_id`s. For a
+    /// connection that closed before they were posted: the device never saw them, so their
+    /// buffers may be handed back at once.
+    pub(crate) fn forget(&self) -> Vec<u64> {
+        let mut chain = self.chain();
+        let ids = chain.wrs.iter().map(|wr| wr.wr_id).collect();
+        chain.wrs.clear();
+        chain.sges.clear();
+        chain.first_sge.clear();
+        self.waiting.store(false, Ordering::Release);
+        ids
+    }
+
     /// Links the waiting requests in the order added and hands the head of the list to `post`
     /// (one `ibv_post_send`), then forgets them, posted or not. Nothing to post is `Ok`.
     ///
@@ -158,6 +171,18 @@ mod tests {
         seen
     }
 
+    /// How many times posting what waits calls `ibv_post_send` (0 or 1).
+    fn doorbells(deferred: &DeferredSends) -> usize {
+        let mut calls = 0;
+        deferred
+            .post_all(|_| {
+                calls += 1;
+                Ok(())
+            })
+            .unwrap();
+        calls
+    }
+
     #[test]
     fn requests_are_posted_once_in_order_with_their_own_gather_lists() {
         let deferred = DeferredSends::default();
@@ -179,15 +204,18 @@ mod tests {
             "one list, in the order added"
         );
         assert!(!deferred.is_waiting());
-        let mut calls = 0;
-        deferred
-            .post_all(|_| {
-                calls += 1;
-                Ok(())
-            })
-            .unwrap();
-        assert_eq!(calls, 0, "nothing waits: no doorbell");
+        assert_eq!(doorbells(&deferred), 0, "nothing waits: no doorbell");
         assert!(deferred.push(wr(4, 1), &[sge(40)]), "a new chain starts");
+    }
+
+    #[test]
+    fn forgotten_requests_are_never_posted() {
+        let deferred = DeferredSends::default();
+        deferred.push(wr(7, 1), &[sge(70)]);
+        deferred.push(wr(8, 0), &[]);
+        assert_eq!(deferred.forget(), vec![7, 8]);
+        assert!(!deferred.is_waiting());
+        assert_eq!(doorbells(&deferred), 0);
     }
 
     #[test]

@@ -135,6 +135,9 @@ pub struct CallerMemory {
     send_posts: AtomicU64,
     /// Send-queue requests built but not yet posted ([`CallerMemoryQueuePair::ring`]).
     deferred: DeferredSends,
+    /// Test hook: the next post of deferred requests fails as if the provider refused it.
+    #[cfg(feature = "test-hooks")]
+    fail_next_ring: std::sync::atomic::AtomicBool,
 }
 
 /// Whether a send-queue request reached the device when it was posted.
@@ -700,6 +703,8 @@ impl CallerMemoryQueuePair {
             inline_posts: AtomicU64::new(0),
             send_posts: AtomicU64::new(0),
             deferred: DeferredSends::default(),
+            #[cfg(feature = "test-hooks")]
+            fail_next_ring: std::sync::atomic::AtomicBool::new(false),
         };
         let asked = caps.max_inline_data;
         let mut qp = Self::create(
@@ -801,9 +806,23 @@ impl CallerMemoryQueuePair {
         Ok(Posted { ticket, doorbell })
     }
 
+    /// Test hook: the next [`Self::ring`] that has requests to post fails (`ENOMEM`) and posts
+    /// none of them.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn fail_next_ring(&self) {
+        self.memory.fail_next_ring.store(true, Ordering::Release);
+    }
+
     /// Whether requests left by [`Self::post_caller`] wait for [`Self::ring`].
     pub(crate) fn has_deferred(&self) -> bool {
         self.memory.deferred.is_waiting()
+    }
+
+    /// Forgets the requests [`Self::post_caller`] left, without posting them, and returns
+    /// their `wr_id`s (their buffers stay in the table until their slots are completed).
+    /// Posting happens only while the connection is open: once it closed, nothing posts them.
+    pub(crate) fn forget_deferred(&self) -> Vec<u64> {
+        self.memory.deferred.forget()
     }
 
     /// Posts the requests [`Self::post_caller`] left, in the order left, with one
@@ -815,6 +834,16 @@ impl CallerMemoryQueuePair {
     /// requests may then not have been posted: they stay outstanding in the table, which only
     /// destroying the queue pair and flushing the table settles (what the connection does).
     pub(crate) fn ring(&self) -> io::Result<()> {
+        #[cfg(feature = "test-hooks")]
+        if self.memory.deferred.is_waiting()
+            && self.memory.fail_next_ring.swap(false, Ordering::AcqRel)
+        {
+            // As a provider that refused the whole chain: none of it reaches the device.
+            return self
+                .memory
+                .deferred
+                .post_all(|_| Err(error::call_error("ibv_post_send", libc::ENOMEM)));
+        }
         self.memory.deferred.post_all(|head| {
             // SAFETY: every request of the list was built by `post_caller` over entries it
             // checked against buffers the table holds until the request's completion is polled
