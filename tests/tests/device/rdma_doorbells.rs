@@ -9,7 +9,7 @@
 use std::io;
 use std::sync::Arc;
 
-use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion};
+use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion, SharedRegion};
 use rdma_async_tests::{guard, rdma_pair};
 use tokio::task::JoinSet;
 
@@ -67,6 +67,24 @@ async fn join_all(
     ended
 }
 
+/// A connected pair with `opts`, and a region of `slots` 8-byte slots on the server that the
+/// client learned the key of.
+async fn pair_with_target(
+    opts: &RdmaOptions,
+    slots: usize,
+) -> (
+    RdmaConnection,
+    Arc<RdmaConnection>,
+    SharedRegion,
+    RemoteRegion,
+) {
+    let (server, client) = rdma_pair(opts).await;
+    let client = Arc::new(client);
+    let target = server.reg_write(slots * 8).unwrap();
+    let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
+    (server, client, target, remote)
+}
+
 fn slot_bytes(bytes: &[u8], slot: usize) -> u64 {
     u64::from_be_bytes(bytes[slot * 8..slot * 8 + 8].try_into().unwrap())
 }
@@ -78,10 +96,8 @@ fn slot_bytes(bytes: &[u8], slot: usize) -> u64 {
 async fn writes_of_one_pass_share_a_doorbell_and_pipelined_writes_all_land() {
     const TASKS: usize = 32;
     const EACH: usize = 16;
-    let (server, client) = rdma_pair(&RdmaOptions::new().send_depth(TASKS as u32)).await;
-    let client = Arc::new(client);
-    let target = server.reg_write(2 * TASKS * 8).unwrap();
-    let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
+    let opts = RdmaOptions::new().send_depth(TASKS as u32);
+    let (server, client, target, remote) = pair_with_target(&opts, 2 * TASKS).await;
 
     let before = client.post_send_calls();
     for (slot, r, _) in join_all(
@@ -122,10 +138,7 @@ async fn writes_of_one_pass_share_a_doorbell_and_pipelined_writes_all_land() {
 #[rdma_async::test(flavor = "current_thread")]
 async fn a_refused_chained_post_ends_the_connection_and_returns_every_buffer() {
     const TASKS: usize = 8;
-    let (server, client) = rdma_pair(&RdmaOptions::new()).await;
-    let client = Arc::new(client);
-    let target = server.reg_write(TASKS * 8).unwrap();
-    let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
+    let (_server, client, target, remote) = pair_with_target(&RdmaOptions::new(), TASKS).await;
 
     client.__fail_next_chained_post();
     let ended = join_all("writes", spawn_writers(&client, remote, 0..TASKS, 1)).await;
@@ -167,10 +180,7 @@ async fn a_refused_chained_post_ends_the_connection_and_returns_every_buffer() {
 #[rdma_async::test(flavor = "current_thread")]
 async fn writes_left_for_a_doorbell_when_the_connection_closes_end_flushed() {
     const TASKS: usize = 8;
-    let (server, client) = rdma_pair(&RdmaOptions::new()).await;
-    let client = Arc::new(client);
-    let target = server.reg_write(TASKS * 8).unwrap();
-    let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
+    let (_server, client, target, remote) = pair_with_target(&RdmaOptions::new(), TASKS).await;
 
     let writers = spawn_writers(&client, remote, 0..TASKS, 1);
     let closer = {
