@@ -445,23 +445,30 @@ impl<'a> Claim<'a> {
     }
 
     async fn completion(mut self) -> (WorkCompletion, Held) {
-        // A lone operation in a spawned task lets the tasks ready on its thread run first: they
-        // may post theirs beside it, and it then parks instead of spinning (one that spun
-        // would keep them from posting until it completed, so tasks each doing one operation
-        // at a time would run one at a time). Outside a task (a `block_on` future) the yield
-        // could cost the runtime a wake-up through its driver, and it spins at once as before.
-        let alone = self
-            .reaper
-            .as_ref()
-            .is_some_and(|r| r.shared.alone_on(r.queue));
-        if self.rings || (alone && tokio::task::try_id().is_some()) {
+        // A lone operation in a spawned task may let the tasks ready on its thread run first
+        // (`LoneYield` decides): they may post theirs beside it, and it then parks instead of
+        // spinning. Outside a task (a `block_on` future) the yield could cost the runtime a
+        // wake-up through its driver, and it spins at once.
+        let shared = self.reaper.as_ref().map(|r| (r.shared, r.queue));
+        let probe = match shared {
+            Some((shared, queue)) if !self.rings && shared.alone_on(queue) => {
+                let probe = shared.reaping.lone_yield(queue);
+                (probe.should_yield() && tokio::task::try_id().is_some()).then_some(probe)
+            }
+            _ => None,
+        };
+        if self.rings || probe.is_some() {
             // The chain's first also lets them add their requests to its chain first.
             run_ready_tasks().await;
             self.ring();
         }
         // Still alone on its queue, the operation first polls for its completion itself.
-        let missed = match &self.reaper {
-            Some(r) if r.shared.alone_on(r.queue) => r.shared.spin_for(r.queue, &self.ticket),
+        let alone = shared.is_some_and(|(shared, queue)| shared.alone_on(queue));
+        if let Some(probe) = probe {
+            probe.yielded(!alone);
+        }
+        let missed = match shared {
+            Some((shared, queue)) if alone => shared.spin_for(queue, &self.ticket),
             _ => false,
         };
         let (wc, held, _) = std::future::poll_fn(|cx| self.poll_completion(cx)).await;

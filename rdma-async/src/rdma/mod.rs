@@ -18,10 +18,10 @@
 //!   peer can no longer reach it.
 //!
 //! The cost per operation over a raw `ibv_post_send`: a semaphore permit (the queue depth), one
-//! uncontended mutex for the slot table at post, completion and pick-up, one pass through the
-//! tasks ready on its thread, and either a busy poll of the completion queue by the operation
-//! itself (when it is the only one on its queue and its completion comes within the window) or
-//! one wake-up from the connection's completion task. Send-queue operations posted while others
+//! uncontended mutex for the slot table at post, completion and pick-up, and either a busy poll
+//! of the completion queue by the operation itself (when it is the only one on its queue and its
+//! completion comes within the window; now and then it first lets the tasks ready on its thread
+//! run, in case they post beside it) or one wake-up from the connection's completion task. Send-queue operations posted while others
 //! are outstanding share doorbells: those of one scheduler pass go to the device with one
 //! `ibv_post_send` ([`RdmaConnection::post_send_calls`]).
 //!
@@ -47,6 +47,7 @@
 
 mod completion_task;
 mod connection;
+mod lone_yield;
 mod options;
 mod reaping;
 mod region;

@@ -2,10 +2,10 @@
 //!
 //! An operation that is alone on its work queue polls the queue itself for a busy-poll window
 //! after posting, rather than waiting for the completion task to poll and wake it: at queue
-//! depth 1 that saves a task switch per operation. In a spawned task it first lets the tasks
+//! depth 1 that saves a task switch per operation. In a spawned task it may first let the tasks
 //! ready on its thread run once, and spins only if it is still alone then: many tasks doing one
 //! operation each would otherwise run one at a time, each spinning while the others could not
-//! post. With
+//! post ([`LoneYield`] decides when that yield is worth its cost). With
 //! others outstanding it parks at once: spinning would hold the thread while the operations
 //! whose completions come first cannot post their next requests.
 //!
@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
+use super::lone_yield::LoneYield;
 use crate::reactor::SpinPolicy;
 use crate::verbs::WorkQueue;
 
@@ -38,6 +39,9 @@ pub(super) struct Reaping {
     /// receive waits for the peer, so its misses must not make sends skip spinning.
     send_spin: SpinPolicy,
     recv_spin: SpinPolicy,
+    /// Whether a lone operation yields before it spins, per queue as the windows.
+    send_yield: LoneYield,
+    recv_yield: LoneYield,
     /// Posted work requests nobody polls for: parked operations, and dropped ones whose
     /// completions have not come yet.
     unattended: AtomicUsize,
@@ -52,6 +56,8 @@ impl Reaping {
             lock: Mutex::new(()),
             send_spin: SpinPolicy::new(busy_poll),
             recv_spin: SpinPolicy::new(busy_poll),
+            send_yield: LoneYield::default(),
+            recv_yield: LoneYield::default(),
             unattended: AtomicUsize::new(0),
             wanted: Notify::new(),
         }
@@ -78,6 +84,14 @@ impl Reaping {
         match queue {
             WorkQueue::Send => &self.send_spin,
             WorkQueue::Recv => &self.recv_spin,
+        }
+    }
+
+    /// The yield probe of `queue`'s lone operations.
+    pub(super) fn lone_yield(&self, queue: WorkQueue) -> &LoneYield {
+        match queue {
+            WorkQueue::Send => &self.send_yield,
+            WorkQueue::Recv => &self.recv_yield,
         }
     }
 
