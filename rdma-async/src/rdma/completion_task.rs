@@ -12,7 +12,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::{Notify, Semaphore};
 
@@ -194,15 +194,11 @@ impl ConnShared {
     /// was dispatched, when someone else polls (the completion task: it dispatches), or when
     /// polling fails (the task reports that); whether the window ended empty.
     fn spin_for(&self, queue: WorkQueue, ticket: &Ticket) -> bool {
-        let policy = self.reaping.spin(queue);
-        let Some(window) = policy.window() else {
+        let Some(mut window) = self.reaping.spin(queue).start() else {
             return false;
         };
-        let deadline = Instant::now() + window;
         let mut batch = CompletionBatch::<32>::new();
-        let mut spins = 0u32;
         loop {
-            spins = spins.wrapping_add(1);
             let Some(_polling) = self.reaping.try_lock() else {
                 return false;
             };
@@ -211,19 +207,14 @@ impl ConnShared {
                 Ok(wcs) => {
                     self.dispatch(wcs);
                     if self.table.is_done(ticket) {
-                        policy.record_found();
+                        window.found();
                         return false;
                     }
                 }
                 Err(_) => return false,
             }
-            // As `AsyncCq`'s window: the clock only every few polls, it may be slow to read.
-            if spins.is_multiple_of(16) {
-                let now = Instant::now();
-                if now >= deadline {
-                    policy.record_empty(now);
-                    return true;
-                }
+            if window.ended_empty() {
+                return true;
             }
             std::hint::spin_loop();
         }

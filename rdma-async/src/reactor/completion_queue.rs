@@ -14,7 +14,7 @@ use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::task::{Context, Poll, ready};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::task::coop;
 
@@ -63,9 +63,6 @@ pub(crate) struct AsyncCq {
     #[cfg(feature = "test-hooks")]
     fail_next_poll: std::sync::atomic::AtomicBool,
 }
-
-/// How many empty polls of a busy-poll window go between two readings of the clock.
-const CLOCK_EVERY: u32 = 16;
 
 impl AsyncCq {
     /// Wraps `cq`; `spin` says how long an empty queue is polled before the task sleeps.
@@ -216,16 +213,13 @@ impl AsyncCq {
                 return Ok(n);
             }
         }
-        let Some(window) = self.spin.window() else {
+        let Some(mut window) = self.spin.start() else {
             return Ok(0);
         };
-        let deadline = Instant::now() + window;
-        let mut spin = 0u32;
         loop {
-            spin = spin.wrapping_add(1);
             let n = self.cq.poll_batch(out)?.len();
             if n > 0 {
-                self.spin.record_found();
+                window.found();
                 return Ok(n);
             }
             if hints
@@ -235,14 +229,8 @@ impl AsyncCq {
                 self.spins_yielded.fetch_add(1, Ordering::Relaxed);
                 return Ok(0);
             }
-            // The clock is read every few polls only: where it is slow to read (an emulated
-            // HPET costs microseconds), reading it each time would be most of the window.
-            if spin.is_multiple_of(CLOCK_EVERY) {
-                let now = Instant::now();
-                if now >= deadline {
-                    self.spin.record_empty(now);
-                    return Ok(0);
-                }
+            if window.ended_empty() {
+                return Ok(0);
             }
             std::hint::spin_loop();
         }

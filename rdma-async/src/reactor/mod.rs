@@ -15,6 +15,7 @@ mod fd_waiter;
 mod send_order;
 mod slot_queue;
 mod spin_policy;
+mod spin_window;
 
 pub(crate) use cm_watch::CmWatch;
 pub(crate) use completion_queue::{AsyncCq, WaitHints};

@@ -19,6 +19,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::spin_window::SpinWindow;
+
 /// Empty windows in a row counted: after them, 2^(7-1) - 1 = 63 waits are skipped, so at least
 /// one wait in 64 probes.
 const MAX_MISSES: u32 = 7;
@@ -71,9 +73,14 @@ impl SpinPolicy {
         }
     }
 
+    /// Starts spending this wait's window, if it spins at all ([`Self::window`]).
+    pub(crate) fn start(&self) -> Option<SpinWindow<'_>> {
+        self.window().map(|length| SpinWindow::new(self, length))
+    }
+
     /// How long this wait spins, if at all: `None` when the window is zero or this wait skips
     /// it (a wait told no counts as skipped).
-    pub(crate) fn window(&self) -> Option<Duration> {
+    fn window(&self) -> Option<Duration> {
         if self.base == 0 {
             return None;
         }
