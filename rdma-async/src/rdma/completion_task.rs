@@ -441,20 +441,24 @@ impl<'a> Claim<'a> {
         // spinning. Outside a task (a `block_on` future) the yield could cost the runtime a
         // wake-up through its driver, and it spins at once.
         let shared = self.reaper.as_ref().map(|r| (r.shared, r.queue));
+        let alone_on = || shared.is_some_and(|(shared, queue)| shared.alone_on(queue));
+        // The first of a chain was posted beside others: not alone.
+        let alone_at_post = !self.rings && alone_on();
         let probe = match shared {
-            Some((shared, queue)) if !self.rings && shared.alone_on(queue) => {
+            Some((shared, queue)) if alone_at_post => {
                 let probe = shared.reaping.lone_yield(queue);
                 (probe.should_yield() && tokio::task::try_id().is_some()).then_some(probe)
             }
             _ => None,
         };
-        if self.rings || probe.is_some() {
+        let yields = self.rings || probe.is_some();
+        if yields {
             // The chain's first also lets them add their requests to its chain first.
             run_ready_tasks().await;
             self.ring();
         }
         // Still alone on its queue, the operation first polls for its completion itself.
-        let alone = shared.is_some_and(|(shared, queue)| shared.alone_on(queue));
+        let alone = if yields { alone_on() } else { alone_at_post };
         if let Some(probe) = probe {
             probe.yielded(!alone);
         }

@@ -21,9 +21,10 @@
 //! uncontended mutex for the slot table at post, completion and pick-up, and either a busy poll
 //! of the completion queue by the operation itself (when it is the only one on its queue and its
 //! completion comes within the window; now and then it first lets the tasks ready on its thread
-//! run, in case they post beside it) or one wake-up from the connection's completion task. Send-queue operations posted while others
-//! are outstanding share doorbells: those of one scheduler pass go to the device with one
-//! `ibv_post_send` ([`RdmaConnection::post_send_calls`]).
+//! run, in case they post beside it) or one wake-up from the connection's completion task.
+//! Send-queue operations posted while others are outstanding share doorbells: those of one
+//! scheduler pass go to the device with one `ibv_post_send`
+//! ([`RdmaConnection::post_send_calls`]).
 //!
 //! ```no_run
 //! use rdma_async::cm::CmListener;

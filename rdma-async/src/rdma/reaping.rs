@@ -5,9 +5,9 @@
 //! depth 1 that saves a task switch per operation. In a spawned task it may first let the tasks
 //! ready on its thread run once, and spins only if it is still alone then: many tasks doing one
 //! operation each would otherwise run one at a time, each spinning while the others could not
-//! post ([`LoneYield`] decides when that yield is worth its cost). With
-//! others outstanding it parks at once: spinning would hold the thread while the operations
-//! whose completions come first cannot post their next requests.
+//! post ([`LoneYield`] decides when that yield is worth its cost). With others outstanding it
+//! parks at once: spinning would hold the thread while the operations whose completions come
+//! first cannot post their next requests.
 //!
 //! The completion task attends the queue (arms it and waits for its events) only while some
 //! posted work request has nobody polling for it: an operation that parked, or one dropped
