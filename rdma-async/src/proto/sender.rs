@@ -255,27 +255,38 @@ impl Sender {
     }
 
     /// Whether the data write of `len` bytes just accounted for must be signaled: every
-    /// `signal_interval`-th one, the one that brings the unsignaled writes to half the send
-    /// ring (so ring space comes back while the other half is being filled), and the one after
-    /// which the sender waits for a send completion (send queue or send ring used up). Sends
-    /// complete in order, so a completion releases every unsignaled write before it: a sender
-    /// blocked on the send queue or ring always has a signaled write in flight, and nothing in
-    /// the ring is reused before the device is done with it. (Waiting for the peer's credits or
-    /// buffers needs no completion.)
+    /// `signal_interval`-th one, the one that brings the unsignaled writes to three quarters of
+    /// the send ring (ring space comes back while the last quarter fills; at half a ring, 64 KiB
+    /// streams signaled one chunk in eight, which with the reader's credit updates was more
+    /// than an eighth per message), and the one after which the sender waits for a send
+    /// completion (send queue or send ring used up) unless an earlier signaled write still in
+    /// flight will free enough. Sends complete in order, so a completion releases every
+    /// unsignaled write before it: a sender blocked on the send queue or ring always has a
+    /// signaled write in flight whose completion unblocks it, and nothing in the ring is
+    /// reused before the device is done with it. (Waiting for the peer's credits or buffers
+    /// needs no completion.)
     fn take_signal(&mut self, len: u32) -> bool {
         let bytes = self.unsignaled_bytes.saturating_add(len);
-        let signaled = self.unsignaled_run + 1 >= self.signal_interval
-            || bytes >= self.sbuf_size / 2
-            || matches!(
+        let run = self.unsignaled_run + 1;
+        let signaled = run >= self.signal_interval
+            || bytes >= self.sbuf_size - self.sbuf_size / 4
+            || (matches!(
                 self.blocked(),
                 Some(WriteBlocked::SendQueue | WriteBlocked::SendBuffer)
-            );
-        (self.unsignaled_run, self.unsignaled_bytes) = if signaled {
-            (0, 0)
-        } else {
-            (self.unsignaled_run + 1, bytes)
-        };
+            ) && !self.unblocked_by_earlier_signal(run, bytes));
+        (self.unsignaled_run, self.unsignaled_bytes) = if signaled { (0, 0) } else { (run, bytes) };
         signaled
+    }
+
+    /// Whether the completion of the last signaled data write, still to come, frees enough
+    /// send-queue entries and ring bytes to unblock the writer, were the `run` writes of
+    /// `bytes` since it left unsignaled. Writes after it hold at most `run` entries and `bytes`
+    /// ring bytes (a signaled control message may have completed some of them), so whatever
+    /// else is held belongs to writes up to that signaled one, which is then still in flight.
+    fn unblocked_by_earlier_signal(&self, run: u32, bytes: u32) -> bool {
+        let entries_freed = (self.sqe_max - self.sqe_avail).saturating_sub(run);
+        let bytes_freed = (self.sbuf_size - self.sbuf_bytes_avail).saturating_sub(bytes);
+        entries_freed > 0 && self.sbuf_bytes_avail + bytes_freed >= RS_SNDLOWAT
     }
 
     /// A 0-byte DATA message (which C never sends, and a receiver accepts): it takes a
@@ -512,19 +523,30 @@ mod tests {
             .collect();
         let at: Vec<usize> = (0..32).filter(|&i| signaled[i]).collect();
         assert_eq!(at, [15, 31]);
-        // Half a 1 MiB ring: the 8th 64 KiB chunk is signaled, before the interval runs out.
-        let mut s = sender(Config::new().with_sbuf_size(1 << 20), 1 << 20);
-        let flags: Vec<bool> = (0..16)
-            .map(|_| {
-                s.next_chunk(&mut WriteCall::largest(), 65536)
-                    .unwrap()
-                    .signaled
-            })
-            .collect();
-        let at: Vec<usize> = (0..16).filter(|&i| flags[i]).collect();
-        assert_eq!(at, [7, 15]);
+        // Three quarters of a 1 MiB ring: the 12th 64 KiB chunk is signaled, before the
+        // interval runs out. The 16th fills the ring but needs no signal: the 12th's
+        // completion, still to come, frees three quarters.
+        let mut s = sender(Config::new().with_sbuf_size(1 << 20), 4 << 20);
+        let chunks = |s: &mut Sender, n: usize| -> Vec<bool> {
+            (0..n)
+                .map(|_| {
+                    s.next_chunk(&mut WriteCall::largest(), 65536)
+                        .unwrap()
+                        .signaled
+                })
+                .collect()
+        };
+        let mut flags = chunks(&mut s, 16);
         assert_eq!(s.blocked(), Some(WriteBlocked::SendBuffer));
-        // 38 data entries: every 4th write signaled, and the one that takes the last entry.
+        (0..12).for_each(|_| s.complete(65536));
+        assert_eq!(s.blocked(), None);
+        // Counting goes on from the 12th: the 24th is signaled, the 28th fills the ring again.
+        flags.extend(chunks(&mut s, 12));
+        assert_eq!(s.blocked(), Some(WriteBlocked::SendBuffer));
+        let at: Vec<usize> = (0..flags.len()).filter(|&i| flags[i]).collect();
+        assert_eq!(at, [11, 23]);
+        // 38 data entries: every 4th write signaled; the one that takes the last entry is
+        // not, as the 36th's completion is still to come.
         let mut s = sender(Config::new().with_sq_size(42), 1 << 20);
         let flags: Vec<bool> = std::iter::from_fn(|| {
             s.next_chunk(&mut WriteCall::new(), 1)
@@ -533,8 +555,16 @@ mod tests {
         })
         .collect();
         let at: Vec<usize> = (0..flags.len()).filter(|&i| flags[i]).collect();
-        assert_eq!(at, [3, 7, 11, 15, 19, 23, 27, 31, 35, 37]);
+        assert_eq!(at, [3, 7, 11, 15, 19, 23, 27, 31, 35]);
+        assert_eq!(flags.len(), 38);
         assert_eq!(s.blocked(), Some(WriteBlocked::SendQueue));
+        // A small ring filled before any write was signaled: the write that fills it is.
+        let mut s = sender(Config::new().with_sbuf_size(4096), 1 << 20);
+        let flags: Vec<bool> = (0..3)
+            .map(|_| s.next_chunk(&mut WriteCall::new(), 1000).unwrap().signaled)
+            .collect();
+        assert_eq!(flags, [false, false, true]);
+        assert_eq!(s.blocked(), Some(WriteBlocked::SendBuffer));
     }
 
     #[test]

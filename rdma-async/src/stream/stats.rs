@@ -17,9 +17,10 @@ pub struct StreamStats {
     pub post_send_calls: u64,
     /// Send completions polled. Unlike rsockets, which signals every send, only every
     /// 16th data write (fewer with a shallow send queue), the one that brings the unsignaled
-    /// writes to half the send ring, the one that fills the send queue or ring, the credit
-    /// update that takes the last of the 4 control slots, and SHUTDOWN, DISCONNECT and
-    /// keepalives are signaled; a completion also completes the unsignaled sends before it.
+    /// writes to three quarters of the send ring, the one that fills the send queue or ring
+    /// (unless an earlier signaled write still to complete frees enough), the credit update
+    /// that takes the last of the 4 control slots, and SHUTDOWN, DISCONNECT and keepalives
+    /// are signaled; a completion also completes the unsignaled sends before it.
     pub send_completions: u64,
     /// Sends posted signaled: each produces one send completion, so while
     /// `send_completions` is smaller a completion is still to come.
