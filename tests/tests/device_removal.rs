@@ -59,6 +59,21 @@ fn assert_device_gone(err: &io::Error, what: &str) {
     );
 }
 
+/// A pending operation on the accepting end of a pair whose connecting end is on the same
+/// device: rdma_cm tells the connecting end first (it attached to the device first), and the
+/// kernel tears that end down on its own, so its disconnect can reach this end before this
+/// end's own removal: then this end sees what a vanished peer host gives, the peer's close.
+fn assert_removed_here_or_at_peer(err: &io::Error, what: &str) {
+    if err.kind() == io::ErrorKind::ConnectionReset {
+        assert!(
+            err.to_string().contains("closed by"),
+            "{what}: the error says the peer closed: {err}"
+        );
+    } else {
+        assert_device_gone(err, what);
+    }
+}
+
 async fn echo_once(server: &mut RStream, client: &mut RStream) {
     client.write_all(b"after re-add").await.unwrap();
     let mut buf = [0u8; 12];
@@ -159,13 +174,15 @@ async fn victim() {
         &read.expect_err("a pending read must fail, not read EOF"),
         "read",
     );
-    assert_device_gone(&recv.expect_err("a pending recv must fail"), "recv");
-    assert_device_gone(
+    assert_removed_here_or_at_peer(&recv.expect_err("a pending recv must fail"), "recv");
+    assert_removed_here_or_at_peer(
         &rdma_recv.expect_err("a pending RDMA recv must fail"),
         "RDMA recv",
     );
 
-    // Later operations fail the same way at once.
+    // Every end's removal is queued by now (rdma_cm reached the datagram socket, which attached
+    // last): later operations name the removal whichever close they saw first.
+
     assert_device_gone(
         &client.write(b"x").await.expect_err("a later write"),
         "write",

@@ -280,8 +280,12 @@ impl CmLink {
     }
 
     /// The error for using a connection rdma_cm reported closed.
+    ///
+    /// Reads the events already queued first: when a device goes, a peer on the same device can
+    /// be torn down (and its disconnect reach this end) before rdma_cm queues this end's own
+    /// `DEVICE_REMOVAL`, and the removal is the cause to name once it is known.
     pub(crate) fn closed_error(&self, writing: bool) -> io::Error {
-        let state = self.state();
+        let state = self.poll_state().unwrap_or_else(|_| self.state());
         let (kind, message) = if let Some(event) = &state.broken_by {
             (
                 io::ErrorKind::ConnectionAborted,
