@@ -75,7 +75,7 @@ fn rsocket_params() -> ConnParams {
 ///
 /// A peer cannot monopolise the runtime: the stream handles its completions within Tokio's
 /// cooperative budget, at most 32 per unit (so at most 4096 before its task yields), and
-/// `try_read`, `try_write` and flushing handle at most 128 per call; what is left stays queued
+/// `try_read` and `try_write` handle at most 128 per call; what is left stays queued
 /// and is handled in order by the next call. A flood of valid messages that carry nothing
 /// therefore leaves other tasks, even on a `current_thread` runtime, their turns.
 ///

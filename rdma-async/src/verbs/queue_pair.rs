@@ -18,6 +18,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::mem::MaybeUninit;
 use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
@@ -644,6 +645,43 @@ impl OwnedBufferQueuePair {
     pub(crate) fn post_recv(&self, wr_id: u64, segment: Option<Segment>) -> io::Result<()> {
         let sge = segment.map(|seg| self.sge(seg)).transpose()?;
         self.post_recv_sge(wr_id, sge)
+    }
+
+    /// Posts `count` receives with no buffer (for RDMA writes with immediate), chained so that
+    /// a batch of them costs one `ibv_post_recv`.
+    pub(crate) fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()> {
+        const CHAIN: usize = 32;
+        // Only the requests posted are written: a ping-pong posts one at a time.
+        let mut wrs = [const { MaybeUninit::<sys::ibv_recv_wr>::uninit() }; CHAIN];
+        let base = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(CHAIN);
+            for (i, wr) in wrs[..n].iter_mut().enumerate() {
+                wr.write(sys::ibv_recv_wr {
+                    wr_id,
+                    next: if i + 1 < n {
+                        base.wrapping_add(i + 1)
+                    } else {
+                        ptr::null_mut()
+                    },
+                    sg_list: ptr::null_mut(),
+                    num_sge: 0,
+                });
+            }
+            let mut bad = ptr::null_mut();
+            self.injected_recv_failure()?;
+            // SAFETY: the QP is live while `with_qp` runs; the first `n` requests are written
+            // and linked, live on this stack frame across the call, and carry no memory for
+            // the device to write.
+            let ret =
+                self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, base, &mut bad) }))?;
+            if ret != 0 {
+                return Err(error::call_error("ibv_post_recv", ret));
+            }
+            left -= n;
+        }
+        Ok(())
     }
 
     /// Posts a receive into the first `len` bytes of lent buffer `id` (which must be writable
