@@ -1040,7 +1040,11 @@ impl StreamCore {
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
-            ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
+            // Like rsockets' rrecv, the queue is polled only when nothing is readable: bytes a
+            // batch of completions delivered are read without polling it again for each read.
+            if state.conn.read_status_len() == 0 {
+                ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
+            }
             match state.conn.read_status() {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
                 // Our own sends failed (not merely flushed): report that, not end-of-stream.
