@@ -182,7 +182,6 @@ async fn victim() {
 
     // Every end's removal is queued by now (rdma_cm reached the datagram socket, which attached
     // last): later operations name the removal whichever close they saw first.
-
     assert_device_gone(
         &client.write(b"x").await.expect_err("a later write"),
         "write",

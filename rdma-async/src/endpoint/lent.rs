@@ -62,11 +62,11 @@ pub(super) fn post_receive(
     }
     qp.post_recv(
         slot as u64,
-        Some(Segment {
+        Segment {
             buffer: RECV_BUFFER,
             offset: slot * max,
             len: max,
-        }),
+        },
     )?;
     Ok(None)
 }

@@ -640,10 +640,9 @@ impl OwnedBufferQueuePair {
         chain.post()
     }
 
-    /// Posts a receive into `segment`, or with no buffer (for RDMA writes with immediate,
-    /// which deliver only the immediate).
-    pub(crate) fn post_recv(&self, wr_id: u64, segment: Option<Segment>) -> io::Result<()> {
-        let sge = segment.map(|seg| self.sge(seg)).transpose()?;
+    /// Posts a receive into `segment`.
+    pub(crate) fn post_recv(&self, wr_id: u64, segment: Segment) -> io::Result<()> {
+        let sge = self.sge(segment)?;
         self.post_recv_sge(wr_id, sge)
     }
 
@@ -669,16 +668,9 @@ impl OwnedBufferQueuePair {
                     num_sge: 0,
                 });
             }
-            let mut bad = ptr::null_mut();
-            self.injected_recv_failure()?;
-            // SAFETY: the QP is live while `with_qp` runs; the first `n` requests are written
-            // and linked, live on this stack frame across the call, and carry no memory for
-            // the device to write.
-            let ret =
-                self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, base, &mut bad) }))?;
-            if ret != 0 {
-                return Err(error::call_error("ibv_post_recv", ret));
-            }
+            // SAFETY: the first `n` requests are written and linked, live on this stack frame
+            // across the call, and carry no memory for the device to write.
+            unsafe { self.post_recv_chain(base) }?;
             left -= n;
         }
         Ok(())
@@ -696,23 +688,35 @@ impl OwnedBufferQueuePair {
             }
             registered.sge(0, len)
         })?;
-        self.post_recv_sge(wr_id, Some(sge))
+        self.post_recv_sge(wr_id, sge)
     }
 
-    fn post_recv_sge(&self, wr_id: u64, sge: Option<sys::ibv_sge>) -> io::Result<()> {
-        let posted = sge.is_some();
-        let mut sge = sge.unwrap_or(NO_SGE);
-        // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
-        let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
-        wr.wr_id = wr_id;
-        wr.sg_list = &mut sge;
-        wr.num_sge = i32::from(posted);
-        let mut bad = ptr::null_mut();
+    fn post_recv_sge(&self, wr_id: u64, mut sge: sys::ibv_sge) -> io::Result<()> {
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: `wr` and its entry live across the call; the device may write only a checked
+        // range of a buffer this QP owns (fixed or lent) and frees after destroying the QP.
+        unsafe { self.post_recv_chain(&mut wr) }
+    }
+
+    /// Posts the receive requests chained from `first` with one `ibv_post_recv`.
+    ///
+    /// # Safety
+    ///
+    /// `first` heads a null-terminated chain of initialised requests, valid for the call, and
+    /// the device may write every range they name until their completions are polled or the
+    /// queue pair is destroyed.
+    unsafe fn post_recv_chain(&self, first: *mut sys::ibv_recv_wr) -> io::Result<()> {
         self.injected_recv_failure()?;
-        // SAFETY: the QP is live while `with_qp` runs; the device may write only a checked range
-        // of a buffer this QP owns (fixed or lent) and frees after destroying the QP.
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live while `with_qp` runs; the chain is valid (the caller's
+        // contract).
         let ret =
-            self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, &mut wr, &mut bad) }))?;
+            self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, first, &mut bad) }))?;
         if ret != 0 {
             return Err(error::call_error("ibv_post_recv", ret));
         }
