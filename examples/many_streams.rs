@@ -3,13 +3,16 @@
 //! process's wake-ups) per transfer and descriptors per connection. `scripts/compare-many` runs
 //! it for 1, 64 and 256 connections in one boot.
 //!
-//!     many_streams server ADDR PAIRS SIZE          serve PAIRS connections (echo), then report
+//!     many_streams server ADDR PAIRS ROUNDS SIZE   serve PAIRS connections, echo ROUNDS
+//!                                                  messages of SIZE bytes on each, then report
 //!     many_streams client ADDR PAIRS ROUNDS SIZE   PAIRS connections, ROUNDS round trips of
 //!                                                  SIZE bytes each, all at once
 //!
 //! A transfer is one message one way (a round trip is two), as in `scripts/compare`. Each side
-//! measures only the exchange: from all connections established to all done. Every echo is
-//! checked byte for byte. The report is one line of `key=value` fields on stdout.
+//! measures only the exchange: from all connections established (and every buffer allocated)
+//! to the last round trip done, so neither connecting nor closing is counted. Every echo is
+//! checked byte for byte, and each side checks the other sent no more than ROUNDS messages.
+//! The report is one line of `key=value` fields on stdout.
 
 use std::io;
 use std::net::SocketAddr;
@@ -57,46 +60,65 @@ fn report(
     );
 }
 
-async fn serve(addr: SocketAddr, pairs: usize, size: usize) -> Result<(), BoxError> {
+async fn serve(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Result<(), BoxError> {
     let listener = RListener::bind(addr).await?;
     println!("many_streams: listening on {}", listener.local_addr()?);
     let fds_before = open_fds();
     let mut streams = Vec::with_capacity(pairs);
     for _ in 0..pairs {
-        streams.push(listener.accept().await?.0);
+        streams.push((listener.accept().await?.0, vec![0; size]));
     }
     let fds_per_conn = (open_fds() - fds_before) as f64 / pairs as f64;
     let (before, start) = (Usage::now()?, Instant::now());
-    let echoes = streams.into_iter().map(|mut stream| {
-        tokio::spawn(async move {
-            let mut buf = vec![0; 64 * 1024];
-            let mut moved = 0u64;
-            loop {
-                let n = stream.read(&mut buf).await?;
-                if n == 0 {
-                    stream.shutdown().await?;
-                    return Ok::<_, io::Error>(moved);
+    let echoes: Vec<_> = streams
+        .into_iter()
+        .map(|(mut stream, mut buf)| {
+            tokio::spawn(async move {
+                for _ in 0..rounds {
+                    stream.read_exact(&mut buf).await?;
+                    stream.write_all(&buf).await?;
                 }
-                stream.write_all(&buf[..n]).await?;
-                moved += n as u64;
-            }
+                Ok::<_, io::Error>(stream)
+            })
         })
-    });
-    let mut bytes = 0;
-    for echo in echoes.collect::<Vec<_>>() {
-        bytes += echo.await??;
+        .collect();
+    let mut streams = Vec::with_capacity(pairs);
+    for echo in echoes {
+        streams.push(echo.await??);
     }
     let (elapsed, after) = (start.elapsed(), Usage::now()?);
     // Each message echoed is two transfers: in and out.
+    let transfers = 2 * rounds * pairs as u64;
     report(
         "server",
         pairs,
-        2 * bytes / size.max(1) as u64,
+        transfers,
         elapsed,
         before,
         after,
         fds_per_conn,
     );
+    // The client shuts down after its last round trip: nothing more may come.
+    let closes = streams.into_iter().map(|mut stream| async move {
+        expect_end(&mut stream).await?;
+        stream.shutdown().await
+    });
+    for closed in join_all(closes).await {
+        closed?;
+    }
+    Ok(())
+}
+
+/// Reads to the end of `stream`: an error if anything comes before it.
+async fn expect_end(stream: &mut RStream) -> io::Result<()> {
+    let mut rest = Vec::new();
+    stream.read_to_end(&mut rest).await?;
+    if !rest.is_empty() {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} bytes came after the last round trip", rest.len()),
+        ));
+    }
     Ok(())
 }
 
@@ -132,17 +154,16 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
                         ));
                     }
                 }
-                stream.shutdown().await?;
-                let mut rest = Vec::new();
-                stream.read_to_end(&mut rest).await?;
-                Ok::<_, io::Error>(())
+                Ok::<_, io::Error>(stream)
             })
         })
         .collect();
     barrier.wait().await;
+    eprintln!("many_streams: {pairs} connections established, exchanging");
     let (before, start) = (Usage::now()?, Instant::now());
+    let mut streams = Vec::with_capacity(pairs);
     for task in tasks {
-        task.await??;
+        streams.push(task.await??);
     }
     let (elapsed, after) = (start.elapsed(), Usage::now()?);
     let transfers = 2 * rounds * pairs as u64;
@@ -155,6 +176,13 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
         after,
         fds_per_conn,
     );
+    let shutdowns = streams.into_iter().map(|mut stream| async move {
+        stream.shutdown().await?;
+        expect_end(&mut stream).await
+    });
+    for closed in join_all(shutdowns).await {
+        closed?;
+    }
     Ok(())
 }
 
@@ -176,14 +204,14 @@ where
 #[rdma_async::main]
 async fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
-    let usage =
-        "usage: many_streams server ADDR PAIRS SIZE | many_streams client ADDR PAIRS ROUNDS SIZE";
+    let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE";
     match args.get(1).map(String::as_str) {
         Some("server") => {
             serve(
                 arg(&args, 2, "ADDR")?,
                 arg(&args, 3, "PAIRS")?,
-                arg(&args, 4, "SIZE")?,
+                arg(&args, 4, "ROUNDS")?,
+                arg(&args, 5, "SIZE")?,
             )
             .await
         }

@@ -1,6 +1,7 @@
 //! Completion queues as futures: the completion channel fd on Tokio's reactor.
 //!
-//! The loop follows `ibv_get_cq_event(3)`: poll; if empty, busy-poll for a bounded window; then
+//! The loop follows `ibv_get_cq_event(3)`: poll; if empty, busy-poll for a bounded window (and,
+//! for a waiter that asks, yield to the runtime's other tasks a few times: [`YieldPolicy`]); then
 //! arm, poll again (a completion that landed between the empty poll and the arm raises no event),
 //! and only then wait for the fd. On wake-up the channel's event is read, counted, and acked in
 //! batches. Every call spends one unit of Tokio's cooperative budget, so a connection whose CQ is
@@ -20,6 +21,7 @@ use tokio::task::coop;
 
 use super::arm_state::ArmState;
 use super::spin_policy::SpinPolicy;
+use super::yield_policy::{WaitYields, YieldPolicy};
 use crate::reactor::FdWaiter;
 use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion};
 
@@ -43,6 +45,11 @@ pub(crate) struct WaitHints<'a> {
     /// arm after this one's look, after completions that raised no event, and take only some
     /// of them: `arm_state`'s model check finds that.)
     pub(crate) exclusive: bool,
+    /// The caller's yields of its current wait: with them, a wait that finds the queue empty
+    /// after its busy-poll window yields to the runtime's other tasks a few times before it
+    /// arms and sleeps ([`YieldPolicy`]). For waiters that look again when polled next (a
+    /// stream's sides), and that say when a wait ends ([`AsyncCq::end_wait`]).
+    pub(crate) yields: Option<&'a WaitYields>,
 }
 
 /// A completion queue whose completions wake tasks.
@@ -55,10 +62,14 @@ pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
     /// Whether the busy-poll window has been paying off lately, and how long it is.
     spin: SpinPolicy,
+    /// Whether yielding to other tasks before sleeping has been paying off lately.
+    yields: YieldPolicy,
     /// Whether an arm is outstanding.
     arm: ArmState,
     /// Busy-poll windows ended early because another thread waited for the caller's lock.
     spins_yielded: AtomicU64,
+    /// Yields to other tasks made instead of sleeping.
+    waits_yielded: AtomicU64,
     /// Test hook: the next wait fails as if polling the queue had failed.
     #[cfg(feature = "test-hooks")]
     fail_next_poll: std::sync::atomic::AtomicBool,
@@ -70,8 +81,10 @@ impl AsyncCq {
         AsyncCq {
             cq,
             spin,
+            yields: YieldPolicy::default(),
             arm: ArmState::default(),
             spins_yielded: AtomicU64::new(0),
+            waits_yielded: AtomicU64::new(0),
             #[cfg(feature = "test-hooks")]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
         }
@@ -131,6 +144,20 @@ impl AsyncCq {
         self.spins_yielded.load(Ordering::Relaxed)
     }
 
+    /// Yields to other tasks that waits made instead of sleeping ([`WaitHints::yields`]).
+    pub(crate) fn waits_yielded(&self) -> u64 {
+        self.waits_yielded.load(Ordering::Relaxed)
+    }
+
+    /// Completions came for the caller's current wait (found by a look of its own, not by
+    /// [`Self::poll_completions`], which says so itself): the wait is over.
+    pub(crate) fn end_wait(&self, yields: &WaitYields) {
+        if self.yields.end_wait(yields) {
+            // Found after the window ended empty: a longer window may have caught it.
+            self.spin.record_late();
+        }
+    }
+
     /// Waits until at least one completion is available and polls up to `N` of them into
     /// `out`; returns how many. `hints` says what the caller knows ([`WaitHints`]).
     ///
@@ -154,8 +181,16 @@ impl AsyncCq {
         }
         let n = self.poll_busy(out, hints)?;
         if n > 0 {
-            coop.made_progress();
-            return Poll::Ready(Ok(n));
+            return Poll::Ready(Ok(self.found(n, hints, coop)));
+        }
+        if let Some(yields) = hints.yields
+            && self.yields.should_yield(yields)
+        {
+            // To the back of the run queue: the next poll looks again. Dropping `coop`
+            // unused gives its unit back.
+            self.waits_yielded.fetch_add(1, Ordering::Relaxed);
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
         }
         // `poll_busy` looked last, or the caller's look before it was left at that.
         let mut skip_look = hints.exclusive;
@@ -170,8 +205,7 @@ impl AsyncCq {
                 let n = self.cq.poll_batch(out)?.len();
                 if n > 0 {
                     self.spin.record_late();
-                    coop.made_progress();
-                    return Poll::Ready(Ok(n));
+                    return Poll::Ready(Ok(self.found(n, hints, coop)));
                 }
             }
             skip_look = false;
@@ -194,6 +228,15 @@ impl AsyncCq {
                 Err(_would_block) => {}
             }
         }
+    }
+
+    /// `n` completions were found for a wait: it is over.
+    fn found(&self, n: usize, hints: WaitHints<'_>, coop: coop::RestoreOnPending) -> usize {
+        coop.made_progress();
+        if let Some(yields) = hints.yields {
+            self.end_wait(yields);
+        }
+        n
     }
 
     /// Polls the queue, spinning for at most the busy-poll window while it is empty (unless

@@ -12,10 +12,12 @@ mod cm_watch;
 mod completion_queue;
 mod conn_waiter;
 mod fd_waiter;
+mod miss_backoff;
 mod send_order;
 mod slot_queue;
 mod spin_policy;
 mod spin_window;
+mod yield_policy;
 
 pub(crate) use cm_watch::CmWatch;
 pub(crate) use completion_queue::{AsyncCq, WaitHints};
@@ -24,3 +26,4 @@ pub(crate) use fd_waiter::FdWaiter;
 pub(crate) use send_order::SendOrder;
 pub(crate) use slot_queue::{SlotQueue, Slots};
 pub(crate) use spin_policy::SpinPolicy;
+pub(crate) use yield_policy::WaitYields;

@@ -4,10 +4,8 @@
 //! ping-ponging: it saves the arm, the sleep and the wake-up). It is pure waste when it does not
 //! (a server with hundreds of connections, each waiting longer than the window, or a peer that
 //! thinks between messages): the thread spins while nothing else on it can run, and then sleeps
-//! anyway. So empty windows in a row make the following waits skip spinning: none after one
-//! (a single late completion is a hiccup, not a pattern), then 1, 3, 7, ... up to 63 waits
-//! ([`MAX_MISSES`]); a window that found a completion spins again at once. The occasional
-//! window that is still spent is the probe that notices when spinning pays again.
+//! anyway. So empty windows in a row make the following waits skip spinning ([`MissBackoff`]);
+//! a window that found a completion spins again at once.
 //!
 //! The window grows when it ended just short: a completion that arrives after an empty window,
 //! but within [`MAX_GROWTH`] times the configured window, shows that a longer one would have
@@ -16,14 +14,11 @@
 //! send completion to restart the window half-way) is then spun through rather than slept
 //! through. A completion later than that resets the window to the configured one.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use super::miss_backoff::MissBackoff;
 use super::spin_window::SpinWindow;
-
-/// Empty windows in a row counted: after them, 2^(7-1) - 1 = 63 waits are skipped, so at least
-/// one wait in 64 probes.
-const MAX_MISSES: u32 = 7;
 
 /// The longest window, as a multiple of the configured one.
 const MAX_GROWTH: u64 = 8;
@@ -32,10 +27,8 @@ const MAX_GROWTH: u64 = 8;
 /// skipped waits or the window's length, so relaxed atomics do.
 #[derive(Debug)]
 pub(crate) struct SpinPolicy {
-    /// Waits still to skip spinning.
-    skip: AtomicU32,
-    /// Empty windows in a row, capped.
-    misses: AtomicU32,
+    /// Which waits skip spinning after empty windows.
+    backoff: MissBackoff,
     /// The window now, in nanoseconds.
     window: AtomicU64,
     /// The configured window, in nanoseconds.
@@ -63,8 +56,7 @@ impl SpinPolicy {
     fn with_growth(window: Duration, growth: u64) -> Self {
         let base = u64::try_from(window.as_nanos()).unwrap_or(u64::MAX);
         SpinPolicy {
-            skip: AtomicU32::new(0),
-            misses: AtomicU32::new(0),
+            backoff: MissBackoff::default(),
             window: AtomicU64::new(base),
             base,
             max: base.saturating_mul(growth),
@@ -84,26 +76,21 @@ impl SpinPolicy {
         if self.base == 0 {
             return None;
         }
-        self.skip
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-            .is_err()
+        self.backoff
+            .take_turn()
             .then(|| Duration::from_nanos(self.window.load(Ordering::Relaxed)))
     }
 
     /// Records that a spent window found a completion.
     pub(crate) fn record_found(&self) {
-        self.misses.store(0, Ordering::Relaxed);
+        self.backoff.hit();
     }
 
     /// Records that a spent window ended empty, at `now`.
     pub(crate) fn record_empty(&self, now: Instant) {
         self.missed_at
             .store(self.nanos_since_epoch(now), Ordering::Relaxed);
-        let misses = (self.misses.load(Ordering::Relaxed) + 1).min(MAX_MISSES);
-        self.misses.store(misses, Ordering::Relaxed);
-        // 2^(misses-1) - 1: 0, 1, 3, 7, ... 63.
-        self.skip
-            .store((1u32 << (misses - 1)) - 1, Ordering::Relaxed);
+        self.backoff.miss();
     }
 
     /// Records a completion found without spinning: if it is the first since an empty window and
@@ -128,8 +115,7 @@ impl SpinPolicy {
         let grown = needed.saturating_add(needed / 4).min(self.max);
         self.window.store(grown, Ordering::Relaxed);
         // A longer window would have found it: not a miss.
-        self.misses.store(0, Ordering::Relaxed);
-        self.skip.store(0, Ordering::Relaxed);
+        self.backoff.forgive();
     }
 
     /// Nanoseconds from the policy's creation to `now`, at least 1 (0 means "no miss").
@@ -142,6 +128,7 @@ impl SpinPolicy {
 
 #[cfg(test)]
 mod tests {
+    use super::super::miss_backoff::MAX_MISSES;
     use super::*;
 
     const BASE: Duration = Duration::from_micros(10);
@@ -180,17 +167,6 @@ mod tests {
         assert_eq!(policy.window(), None);
         policy.record_found();
         assert_eq!(policy.window(), None);
-    }
-
-    #[test]
-    fn empty_windows_in_a_row_skip_twice_as_many_waits_up_to_the_cap() {
-        let policy = SpinPolicy::new(BASE);
-        let mut seen = Vec::new();
-        for i in 0..9 {
-            empty_at(&policy, Duration::from_millis(i + 1));
-            seen.push(skipped(&policy));
-        }
-        assert_eq!(seen, [0, 1, 3, 7, 15, 31, 63, 63, 63]);
     }
 
     #[test]

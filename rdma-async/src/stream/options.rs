@@ -109,6 +109,13 @@ impl RStreamOptions {
     /// ends as soon as another thread waits for the stream (its other half, used from another
     /// worker): the spinning task holds the stream's lock, so it sleeps until its completion
     /// instead of keeping that thread blocked (`StreamStats::busy_polls_yielded` counts these).
+    ///
+    /// After the window (or with none) a wait yields to the runtime's other tasks up to 8
+    /// times, looking again each time its turn comes, before it arms the queue and sleeps:
+    /// with many connections on a thread their turns last about as long as a peer takes to
+    /// answer, and the arm, the wake-up and their system calls are saved
+    /// (`StreamStats::waits_yielded`). With no other task to run the yields come back at once;
+    /// waits whose yields keep finding nothing make the following waits sleep at once.
     pub fn busy_poll(mut self, time: Duration) -> Self {
         self.busy_poll = time;
         self

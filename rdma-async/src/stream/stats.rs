@@ -44,4 +44,9 @@ pub struct StreamStats {
     /// stream's lock (the other half of a split stream on another worker): the task sleeps
     /// until its completion instead, and the other thread goes on at once.
     pub busy_polls_yielded: u64,
+    /// Times a task waiting for completions yielded to the runtime's other tasks instead of
+    /// sleeping: it looks again when its turn comes, which with many connections on a thread
+    /// saves arming the queue, the wake-up and their system calls. Waits whose yields keep
+    /// finding nothing make the following waits sleep at once.
+    pub waits_yielded: u64,
 }

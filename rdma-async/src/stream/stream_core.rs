@@ -41,7 +41,7 @@ use crate::proto::{
     ConnData, Connection, DataWrite, LendStep, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
     TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
 };
-use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, Woken};
+use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, WaitYields, Woken};
 use crate::verbs::{
     Access, CmId, CompletionBatch, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer,
     Segment, SendChain, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
@@ -189,6 +189,8 @@ struct CoreState {
     /// under it) found the queue empty: it returned less than a full batch. A wait then need
     /// not look again under an arm made earlier ([`WaitHints::exclusive`]).
     queue_empty: bool,
+    /// The yields of the current wait for completions, by either side.
+    yields: WaitYields,
 }
 
 /// One stream connection's queue pair, protocol state and wake-ups.
@@ -234,6 +236,7 @@ impl StreamCore {
                 abandoned: HashSet::new(),
                 post_failed: false,
                 queue_empty: false,
+                yields: WaitYields::default(),
             }),
             lock_waiters: AtomicU32::new(0),
         };
@@ -296,6 +299,7 @@ impl StreamCore {
             if let Some(coop) = &coop {
                 coop.made_progress();
             }
+            self.cq.end_wait(&state.yields);
             let reader = cx
                 .as_deref()
                 .filter(|_| reading != Reading::No)
@@ -805,6 +809,7 @@ impl StreamCore {
             lock_waiters: Some(&self.lock_waiters),
             just_polled: true,
             exclusive: state.queue_empty,
+            yields: Some(&state.yields),
         };
         let polled =
             registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
@@ -1369,6 +1374,7 @@ impl StreamCore {
     pub(super) fn stats(&self) -> StreamStats {
         let mut stats = self.lock().stats;
         stats.busy_polls_yielded = self.cq.spins_yielded();
+        stats.waits_yielded = self.cq.waits_yielded();
         stats
     }
 

@@ -149,7 +149,10 @@ fn field(report: &str, key: &str) -> f64 {
 async fn many_streams_example_echoes_every_connection_and_reports_its_cost() {
     // The short version of scripts/compare-many: 16 connections, 50 round trips of 256 B each.
     let addr = format!("{}:7490", test_ip());
-    let mut server = Tool::spawn(&example("many_streams"), &["server", &addr, "16", "256"]);
+    let mut server = Tool::spawn(
+        &example("many_streams"),
+        &["server", &addr, "16", "50", "256"],
+    );
     server.wait_for("listening on").await;
     let client = Tool::spawn(
         &example("many_streams"),

@@ -211,3 +211,51 @@ async fn a_spinning_reader_lets_the_writing_half_go_on() {
         .unwrap();
     assert_eq!(byte, 9);
 }
+
+/// A reader that finds nothing to read yields to the runtime's other tasks a few times before
+/// it sleeps. On this one-thread runtime the echo task runs only when the client's read lets
+/// it, so the client's wait for the echo must yield, and the yields must not lose the echo.
+/// The second reply is held back until the client's yields have run out (the task that
+/// releases it yields far more often than a wait does): that wait then sleeps, and the
+/// completion must still wake it.
+#[rdma_async::test]
+async fn a_waiting_reader_yields_to_other_tasks_and_still_wakes_after_sleeping() {
+    let options = RStreamOptions::new().busy_poll(std::time::Duration::ZERO);
+    let (mut server, mut client) = stream_pair(options).await;
+    let (release, released) = tokio::sync::oneshot::channel::<()>();
+    let echo = tokio::spawn(async move {
+        let mut buf = [0u8; 4];
+        server.read_exact(&mut buf).await?;
+        server.write_all(&buf).await?;
+        released
+            .await
+            .map_err(|_| io::Error::other("the release was dropped"))?;
+        server.write_all(b"late").await?;
+        io::Result::Ok(server)
+    });
+    client.write_all(b"ping").await.unwrap();
+    let mut back = [0u8; 4];
+    guard("the echo", client.read_exact(&mut back))
+        .await
+        .unwrap();
+    assert_eq!(&back, b"ping");
+    let yielded = client.stats().waits_yielded;
+    assert!(yielded >= 1, "the wait for the echo yielded: {yielded}");
+
+    let releaser = tokio::spawn(async move {
+        for _ in 0..1000 {
+            tokio::task::yield_now().await;
+        }
+        let _ = release.send(());
+    });
+    guard("the late reply", client.read_exact(&mut back))
+        .await
+        .unwrap();
+    assert_eq!(&back, b"late");
+    assert!(
+        client.stats().waits_yielded > yielded,
+        "the wait for the late reply yielded before it slept"
+    );
+    releaser.await.unwrap();
+    let _server = guard("server", echo).await.unwrap().unwrap();
+}
