@@ -8,6 +8,9 @@
 //!     many_streams client ADDR PAIRS ROUNDS SIZE   PAIRS connections, ROUNDS round trips of
 //!                                                  SIZE bytes each, all at once
 //!
+//! An optional last argument, WORKERS, runs a side on a multi-thread runtime with that many
+//! workers (as `#[tokio::main]` does); without it (or with 0) on a current-thread runtime.
+//!
 //! A transfer is one message one way (a round trip is two), as in `scripts/compare`. Each side
 //! measures only the exchange: from all connections established (and every buffer allocated)
 //! to the last round trip done, so neither connecting nor closing is counted. Every echo is
@@ -201,10 +204,27 @@ where
     out
 }
 
-#[rdma_async::main]
-async fn main() -> Result<(), BoxError> {
+fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
-    let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE";
+    // WORKERS, optional: 0 (the default) runs on a current-thread runtime, as
+    // `#[rdma_async::main]` does; N on a multi-thread runtime with N workers, as `#[tokio::main]`.
+    let workers: usize = if args.len() > 6 {
+        arg(&args, 6, "WORKERS")?
+    } else {
+        0
+    };
+    let mut builder = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(workers);
+        builder
+    };
+    builder.enable_all().build()?.block_on(run(args))
+}
+
+async fn run(args: Vec<String>) -> Result<(), BoxError> {
+    let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE [WORKERS]";
     match args.get(1).map(String::as_str) {
         Some("server") => {
             serve(
