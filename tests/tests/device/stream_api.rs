@@ -252,9 +252,12 @@ async fn a_waiting_reader_yields_to_other_tasks_and_still_wakes_after_sleeping()
         .await
         .unwrap();
     assert_eq!(&back, b"late");
+    // Only a wait that made all its 8 yields sleeps (or skips yielding after such waits), and
+    // the reply comes only after the releaser's 1000 yields, long after the client's ran out.
+    let late_yields = client.stats().waits_yielded - yielded;
     assert!(
-        client.stats().waits_yielded > yielded,
-        "the wait for the late reply yielded before it slept"
+        late_yields >= 8,
+        "the wait for the late reply yielded 8 times before it slept: {late_yields}"
     );
     releaser.await.unwrap();
     let _server = guard("server", echo).await.unwrap().unwrap();
