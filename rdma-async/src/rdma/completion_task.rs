@@ -14,7 +14,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, Semaphore, TryAcquireError};
+use tokio::task::coop;
 
 use super::reaping::Reaping;
 use super::srq::SharedReceiveQueue;
@@ -367,10 +368,19 @@ pub(super) async fn post_and_wait(
     post: impl FnOnce(Held) -> Result<(Ticket, Ring), (io::Error, Held)>,
     reaper: Option<Reaper<'_>>,
 ) -> (io::Result<WorkCompletion>, Held) {
-    match slots.acquire().await {
-        // The slot comes back when the table slot is freed (see `Claim`).
+    // `acquire` was the operation's cooperative yield point (an operation whose completion is
+    // found at once never returns `Pending`): keep one.
+    coop::consume_budget().await;
+    // The slot comes back when the table slot is freed (see `Claim`). A free slot is taken
+    // without building `acquire`'s future: about 110 instructions less per operation.
+    let acquired = match slots.try_acquire() {
+        Ok(permit) => Ok(permit),
+        Err(TryAcquireError::NoPermits) => slots.acquire().await.map_err(drop),
+        Err(TryAcquireError::Closed) => Err(()),
+    };
+    match acquired {
         Ok(permit) => permit.forget(),
-        Err(_) => {
+        Err(()) => {
             let err = io::Error::new(io::ErrorKind::BrokenPipe, "the queue is closed");
             return (Err(err), held);
         }
@@ -702,4 +712,46 @@ fn reap<'a, const N: usize>(
         }
         Poll::Ready(woken)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+
+    use super::*;
+
+    /// An operation whose completion is already there never waits; the loop that runs such
+    /// operations must still let the runtime's other tasks run (Tokio's cooperative budget).
+    #[tokio::test(flavor = "current_thread")]
+    async fn operations_that_complete_at_once_still_yield_to_other_tasks() {
+        let table = InFlightTable::new(1, false);
+        let slots = Semaphore::new(1);
+        let other_ran = Arc::new(AtomicBool::new(false));
+        let flag = other_ran.clone();
+        tokio::spawn(async move { flag.store(true, Ordering::Release) });
+        let mut operations = 0;
+        while !other_ran.load(Ordering::Acquire) && operations < 10_000 {
+            let post = |held: Held| {
+                let (ticket, wr_id) = table.insert(held, WorkQueue::Send)?;
+                // Completed before anyone waits, as a busy-polled completion is.
+                assert!(
+                    table
+                        .complete(&WorkCompletion {
+                            wr_id,
+                            ..WorkCompletion::EMPTY
+                        })
+                        .is_none()
+                );
+                Ok((ticket, Ring::Rung))
+            };
+            let (wc, _) = post_and_wait(&table, &slots, Held::Nothing, post, None).await;
+            wc.expect("the completion");
+            operations += 1;
+        }
+        assert!(
+            other_ran.load(Ordering::Acquire),
+            "{operations} operations ran without letting the other task run"
+        );
+        assert_eq!(slots.available_permits(), 1, "every slot came back");
+    }
 }

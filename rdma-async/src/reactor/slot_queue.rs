@@ -77,7 +77,13 @@ impl<R, H> SlotQueue<R, H> {
     /// The slots, once no other task uses them; held across the waits below, so completions
     /// are handled in order.
     pub(crate) async fn lock(&self) -> MutexGuard<'_, Slots<R, H>> {
-        self.slots.lock().await
+        // `lock` was a cooperative yield point: keep one. An uncontended lock is taken without
+        // building `lock`'s future (a semaphore acquire), about 100 instructions less per use.
+        tokio::task::coop::consume_budget().await;
+        match self.slots.try_lock() {
+            Ok(guard) => guard,
+            Err(_) => self.slots.lock().await,
+        }
     }
 
     /// The slots, or `WouldBlock` while another task uses them.

@@ -329,6 +329,23 @@ mod tests {
         }
     }
 
+    /// Buffers move through every operation's future and slot: kept small, those moves are a
+    /// few register copies rather than `memcpy` calls (a boxed registration took a 64 B
+    /// `RdmaConnection` write at depth 64 from 3337 to 2717 instructions).
+    #[test]
+    fn held_buffers_stay_small_enough_to_move_cheaply() {
+        assert!(
+            size_of::<Held>() <= 48,
+            "Held is {} bytes",
+            size_of::<Held>()
+        );
+        assert!(
+            size_of::<SlotState>() <= 112,
+            "SlotState is {} bytes",
+            size_of::<SlotState>()
+        );
+    }
+
     #[test]
     fn slots_are_reused_with_a_new_generation() {
         let table = InFlightTable::new(1, false);

@@ -20,7 +20,9 @@ pub(crate) struct UserBuffer(Memory);
 
 #[derive(Debug)]
 enum Memory {
-    Whole(RegisteredBuffer),
+    /// Boxed: a `UserBuffer` moves through every operation's future and in-flight slot, and a
+    /// registration is 112 bytes, which made each move a `memcpy` call.
+    Whole(Box<RegisteredBuffer>),
     Slice(SlabSlice),
 }
 
@@ -71,7 +73,7 @@ impl Drop for SlabSlice {
 
 impl UserBuffer {
     pub(crate) fn new(buffer: RegisteredBuffer) -> Self {
-        UserBuffer(Memory::Whole(buffer))
+        UserBuffer(Memory::Whole(Box::new(buffer)))
     }
 
     pub(crate) fn slice(slice: SlabSlice) -> Self {
@@ -98,7 +100,7 @@ impl UserBuffer {
     /// pool).
     pub(crate) fn into_vec(self) -> Vec<u8> {
         match self.0 {
-            Memory::Whole(buffer) => buffer.into_vec(),
+            Memory::Whole(buffer) => (*buffer).into_vec(),
             Memory::Slice(slice) => {
                 let mut out = vec![0; slice.len];
                 if slice.slab.read_at(slice.offset, &mut out).is_err() {
