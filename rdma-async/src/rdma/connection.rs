@@ -935,20 +935,21 @@ impl RdmaConnection {
         self.write_inner(buf, range, remote, Some(imm)).await
     }
 
-    async fn write_inner<B: RegisteredBytes>(
+    /// Not an `async fn`: returning `one_sided`'s future saves a layer of state machine (the
+    /// moves into it, and a dispatch at every poll) on each write.
+    fn write_inner<B: RegisteredBytes>(
         &self,
         buf: B,
         range: impl RangeBounds<usize>,
         remote: RemoteSlice,
         imm: Option<u32>,
-    ) -> (io::Result<()>, B) {
+    ) -> impl Future<Output = (io::Result<()>, B)> {
         let opcode = Opcode::Write {
             remote_addr: remote.addr(),
             rkey: remote.rkey(),
             imm,
         };
         self.one_sided(OpKind::Write(remote), opcode, buf, range, remote)
-            .await
     }
 
     /// An RDMA read or write of `range` of `buf`, checked against `remote` first.
