@@ -5,15 +5,18 @@
 //! stable TSC has no vDSO clock: every reading is a system call), reading it on each poll would
 //! be most of the window. The window starts at the first reading, not when the spin starts: a
 //! completion found within the first few polls, the common case when spinning pays, then costs
-//! no reading at all. That lengthens the window by [`CLOCK_EVERY`] polls, well under a
-//! microsecond on a real device.
+//! no reading at all. That lengthens the window by [`CLOCK_EVERY`] polls, one to a few
+//! microseconds on a real device.
 
 use std::time::{Duration, Instant};
 
 use super::spin_policy::SpinPolicy;
 
-/// How many empty polls of a busy-poll window go between two readings of the clock.
-const CLOCK_EVERY: u32 = 16;
+/// How many empty polls of a busy-poll window go between two readings of the clock. Under
+/// emulation a 64 B ping-pong's wait is a few dozen polls: 16 read the clock about once per
+/// round trip, 64 about a third as often, and the round trip got about 7% shorter
+/// (`docs/performance.md`).
+const CLOCK_EVERY: u32 = 64;
 
 /// A window of `policy`'s being spent ([`SpinPolicy::start`]).
 #[derive(Debug)]
