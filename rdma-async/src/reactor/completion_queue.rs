@@ -14,7 +14,7 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::task::{Context, Poll, ready};
+use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
 use tokio::task::coop;
@@ -50,6 +50,24 @@ pub(crate) struct WaitHints<'a> {
     /// arms and sleeps ([`YieldPolicy`]). For waiters that look again when polled next (a
     /// stream's sides), and that say when a wait ends ([`AsyncCq::end_wait`]).
     pub(crate) yields: Option<&'a WaitYields>,
+    /// The waiting task's own waker, woken when the wait returns `Pending` without sleeping
+    /// (a yield, or Tokio's budget spent): that is only this task's look again, where the
+    /// context's waker may wake more (a stream's side waker wakes every waiter of the side).
+    pub(crate) task: Option<&'a Waker>,
+    /// Run once, when the wait is about to sleep (before it arms): registers whoever the
+    /// context's waker must wake. A wait that ends without sleeping never runs it, so a task
+    /// that finds its completions, or yields, costs no registration.
+    pub(crate) before_sleep: Option<BeforeSleep<'a>>,
+}
+
+/// See [`WaitHints::before_sleep`].
+#[derive(Clone, Copy)]
+pub(crate) struct BeforeSleep<'a>(pub(crate) &'a dyn Fn());
+
+impl std::fmt::Debug for BeforeSleep<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeSleep")
+    }
 }
 
 /// A completion queue whose completions wake tasks.
@@ -169,7 +187,12 @@ impl AsyncCq {
         out: &mut CompletionBatch<N>,
         hints: WaitHints<'_>,
     ) -> Poll<io::Result<usize>> {
-        let coop = ready!(coop::poll_proceed(cx));
+        // Out of budget, Tokio wakes the context's waker: the task's own, when the caller
+        // gave it (a `before_sleep` registration has not run yet).
+        let coop = match hints.task {
+            Some(task) => ready!(coop::poll_proceed(&mut Context::from_waker(task))),
+            None => ready!(coop::poll_proceed(cx)),
+        };
         #[cfg(feature = "test-hooks")]
         if self
             .fail_next_poll
@@ -189,8 +212,11 @@ impl AsyncCq {
             // To the back of the run queue: the next poll looks again. Dropping `coop`
             // unused gives its unit back.
             self.waits_yielded.fetch_add(1, Ordering::Relaxed);
-            cx.waker().wake_by_ref();
+            hints.task.unwrap_or(cx.waker()).wake_by_ref();
             return Poll::Pending;
+        }
+        if let Some(BeforeSleep(register)) = hints.before_sleep {
+            register();
         }
         // `poll_busy` looked last, or the caller's look before it was left at that.
         let mut skip_look = hints.exclusive;

@@ -1,10 +1,11 @@
 //! Waiting for "a completion or a disconnect", the one wait every connected transport makes.
 
+use std::cell::Cell;
 use std::future::poll_fn;
 use std::io;
 use std::task::{Context, Poll};
 
-use super::{AsyncCq, CmWatch, FdWaiter, WaitHints};
+use super::{AsyncCq, BeforeSleep, CmWatch, FdWaiter, WaitHints};
 use crate::cm::link::CmLink;
 use crate::verbs::CompletionBatch;
 
@@ -55,8 +56,24 @@ impl ConnWaiter {
         out: &mut CompletionBatch<N>,
         hints: WaitHints<'_>,
     ) -> Poll<Woken> {
+        // A wait that returns `Pending` without sleeping (a yield, Tokio's budget spent) is
+        // polled again at once: only one that sleeps needs rdma_cm to wake it.
+        let slept = Cell::new(false);
+        let register = || {
+            slept.set(true);
+            if let Some(BeforeSleep(register)) = hints.before_sleep {
+                register();
+            }
+        };
+        let hints = WaitHints {
+            before_sleep: Some(BeforeSleep(&register)),
+            ..hints
+        };
         if let Poll::Ready(polled) = cq.poll_completions(&self.cq, cx, out, hints) {
             return Poll::Ready(Woken::Completions(polled));
+        }
+        if !slept.get() {
+            return Poll::Pending;
         }
         match (link, &self.cm) {
             (Some(link), Some(cm)) => cm.poll_disconnected(link, cx).map(Woken::Closed),

@@ -20,7 +20,7 @@ mod spin_window;
 mod yield_policy;
 
 pub(crate) use cm_watch::CmWatch;
-pub(crate) use completion_queue::{AsyncCq, WaitHints};
+pub(crate) use completion_queue::{AsyncCq, BeforeSleep, WaitHints};
 pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub(crate) use fd_waiter::FdWaiter;
 pub(crate) use send_order::SendOrder;

@@ -16,6 +16,7 @@
 //! `try_write`, flush, the keepalive) handles at most [`PUMP_BATCHES`] batches. Completions
 //! left behind stay queued and are handled, in order, by the next call.
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::poll_fn;
 use std::io;
@@ -41,7 +42,7 @@ use crate::proto::{
     ConnData, Connection, DataWrite, LendStep, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
     TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
 };
-use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, WaitYields, Woken};
+use crate::reactor::{AsyncCq, BeforeSleep, ConnWaiter, WaitHints, WaitYields, Woken};
 use crate::verbs::{
     Access, CmId, CompletionBatch, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer,
     Segment, SendChain, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
@@ -796,7 +797,15 @@ impl StreamCore {
         waiter: Waiter<'_, '_>,
     ) -> Poll<io::Result<()>> {
         let reading = waiter.reading_on(side);
-        self.wakers[side as usize].register(waiter, cx.waker());
+        let task = cx.waker();
+        // Registered only once the wait is about to sleep: a wait that finds completions or
+        // yields is polled again without it.
+        let waiter = Cell::new(Some(waiter));
+        let register = || {
+            if let Some(waiter) = waiter.take() {
+                self.wakers[side as usize].register(waiter, task);
+            }
+        };
         // The registration wakes every waiter of the side, not only this task.
         let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
         let mut batch = CompletionBatch::<BATCH>::new();
@@ -810,6 +819,8 @@ impl StreamCore {
             just_polled: true,
             exclusive: state.queue_empty,
             yields: Some(&state.yields),
+            task: Some(task),
+            before_sleep: Some(BeforeSleep(&register)),
         };
         let polled =
             registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
@@ -822,8 +833,8 @@ impl StreamCore {
         };
         match ready!(polled) {
             Woken::Completions(Ok(_)) => {
-                let reader = (reading != Reading::No).then(|| Polling {
-                    waker: cx.waker(),
+                let reader = (reading != Reading::No).then_some(Polling {
+                    waker: task,
                     reading,
                 });
                 Poll::Ready(self.handle(state, batch.as_slice(), reader))
