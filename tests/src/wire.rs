@@ -215,7 +215,27 @@ pub fn peer_addr(ip: IpAddr, port: u16) -> SocketAddr {
 
 /// Connects with `connect`, retrying (boundedly) while refused or unreachable: a peer program
 /// just started on node 2 may not listen yet.
-pub async fn connect_retrying<T, F, Fut>(mut connect: F) -> T
+pub async fn connect_retrying<T, F, Fut>(connect: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<T>>,
+{
+    connect_retrying_timeouts(connect, 0).await
+}
+
+/// [`connect_retrying`] for the first connection after the wire was dead: also retries up to 3
+/// timed-out attempts. Node 1's neighbour (ARP) entry for node 2 can still be failed from the
+/// outage, and the first address resolution may time out (rdma_cm's 2 s) before the kernel's
+/// next probe is answered; a program would try again too.
+pub async fn connect_after_outage<T, F, Fut>(connect: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = io::Result<T>>,
+{
+    connect_retrying_timeouts(connect, 3).await
+}
+
+async fn connect_retrying_timeouts<T, F, Fut>(mut connect: F, mut timeouts: u32) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = io::Result<T>>,
@@ -227,6 +247,11 @@ where
             Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
                 last = Some(e);
                 tokio::task::yield_now().await
+            }
+            Err(e) if e.kind() == io::ErrorKind::TimedOut && timeouts > 0 => {
+                eprintln!("connect across the wire timed out, trying again: {e}");
+                timeouts -= 1;
+                last = Some(e);
             }
             Err(e) => panic!("connect across the wire: {e}"),
         }

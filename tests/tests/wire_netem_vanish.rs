@@ -16,7 +16,8 @@ use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::wire::{
-    Netem, PeerJob, connect_retrying, echo_through, pattern, peer_ip, peer_program, rdma_client,
+    Netem, PeerJob, connect_after_outage, connect_retrying, echo_through, pattern, peer_ip,
+    peer_program, rdma_client,
 };
 use rdma_async_tests::{leak_counts, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -167,8 +168,9 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     drop((writer, reader, conn, endpoint, idle));
     drop(netem);
 
-    // The wire is back: the same process connects again and moves data intact.
-    let mut again = connect_retrying(|| RStream::connect(addr)).await;
+    // The wire is back: the same process connects again (a timed-out first address resolution
+    // is tried again: `connect_after_outage`) and moves data intact.
+    let mut again = connect_after_outage(|| RStream::connect(addr)).await;
     let data = pattern(40, 64 << 10);
     bounded(
         "echo after the wire came back",
