@@ -166,7 +166,8 @@ async fn session(
 }
 
 /// With `RDMA_ASYNC_STATS=1`, prints to stderr what the stream cost per message it sent:
-/// work requests posted, `ibv_post_send` calls and signaled completions.
+/// work requests posted, `ibv_post_send` calls and signaled completions; and how often its
+/// writer waited, for the peer's room or for its own sends.
 fn report_stats(stream: &transport::RdmaStream, tests: &[Test]) {
     if std::env::var_os("RDMA_ASYNC_STATS").is_none_or(|v| v != "1") {
         return;
@@ -176,13 +177,15 @@ fn report_stats(stream: &transport::RdmaStream, tests: &[Test]) {
     let messages = 1 + tests.iter().map(|t| t.count * t.iterations).sum::<usize>() as u64;
     let per = |n: u64| n as f64 / messages as f64;
     eprintln!(
-        "stats: {messages} messages sent; per message: {:.2} work requests ({:.2} data + {:.2} control), {:.2} ibv_post_send calls, {:.2} signaled send completions, {:.2} receive completions",
+        "stats: {messages} messages sent; per message: {:.2} work requests ({:.2} data + {:.2} control), {:.2} ibv_post_send calls, {:.2} signaled send completions, {:.2} receive completions; writer waits: {} for the peer, {} for its sends",
         per(stats.data_writes + stats.control_writes),
         per(stats.data_writes),
         per(stats.control_writes),
         per(stats.post_send_calls),
         per(stats.send_completions),
         per(stats.recv_completions),
+        stats.writer_waits_for_peer,
+        stats.writer_waits_for_sends,
     );
 }
 

@@ -52,7 +52,7 @@ pub(crate) use connection::{Connection, LocalLayout, ReadStatus, TARGET_SGL_BYTE
 pub(crate) use error::{ProtoError, ProtoErrorKind};
 pub(crate) use plan::{DataWrite, LendStep};
 pub(crate) use ring_access::RingKeys;
-pub(crate) use sender::WriteCall;
+pub(crate) use sender::{WriteBlocked, WriteCall};
 pub(crate) use wr::WR_ID_RECV_FLAG;
 
 // What only the unit tests and the simulator reach through `crate::proto`.
@@ -72,7 +72,5 @@ pub(crate) use imm::Op;
 pub(crate) use plan::{ControlKind, ControlWrite};
 #[cfg(test)]
 pub(crate) use ring::{RingSegment, Segments};
-#[cfg(test)]
-pub(crate) use sender::WriteBlocked;
 #[cfg(test)]
 pub(crate) use sge::{ByteOrder, RsSge};

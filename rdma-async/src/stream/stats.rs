@@ -1,4 +1,7 @@
-//! What a stream did on the device: work requests, completions, bytes.
+//! What a stream did on the device: work requests, completions, bytes, and what its writers
+//! waited for.
+
+use crate::proto::WriteBlocked;
 
 /// Counters of one [`RStream`](super::RStream), for comparing its cost per message with other
 /// transports (work requests and completions per message decide small-message performance).
@@ -49,4 +52,27 @@ pub struct StreamStats {
     /// saves arming the queue, the wake-up and their system calls. Waits whose yields keep
     /// finding nothing make the following waits sleep at once.
     pub waits_yielded: u64,
+    /// Writes (and `writable()` calls) that had to wait because the peer had granted no room:
+    /// its receive ring was full or its receive credits were used up. One per wait, however
+    /// often the waiting task is polled meanwhile; `try_write` never waits. The peer's reader is behind, as when a TCP
+    /// peer advertises a zero window; a larger receive buffer on the peer
+    /// ([`RStreamOptions::recv_buffer_size`](super::RStreamOptions::recv_buffer_size)) or a
+    /// faster reader helps.
+    pub writer_waits_for_peer: u64,
+    /// Writes (and `writable()` calls) that had to wait for the stream's own sends to
+    /// complete, counted like `writer_waits_for_peer`: the send queue
+    /// ([`RStreamOptions::sq_size`](super::RStreamOptions::sq_size)) or the send buffer
+    /// ([`RStreamOptions::send_buffer_size`](super::RStreamOptions::send_buffer_size)) was
+    /// full. The device is behind the writer.
+    pub writer_waits_for_sends: u64,
+}
+
+impl StreamStats {
+    /// A writer is about to wait, for `reason`.
+    pub(crate) fn count_writer_wait(&mut self, reason: WriteBlocked) {
+        match reason {
+            WriteBlocked::Credits | WriteBlocked::TargetBuffer => self.writer_waits_for_peer += 1,
+            WriteBlocked::SendQueue | WriteBlocked::SendBuffer => self.writer_waits_for_sends += 1,
+        }
+    }
 }

@@ -40,7 +40,7 @@ use crate::device::DeviceContext;
 use crate::error::{StickyError, wc_error};
 use crate::proto::{
     ConnData, Connection, DataWrite, LendStep, LocalLayout, ProtoError, ProtoErrorKind, ReadStatus,
-    TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteCall, WriteError,
+    TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WriteBlocked, WriteCall, WriteError,
 };
 use crate::reactor::{AsyncCq, BeforeSleep, ConnWaiter, WaitHints, WaitYields, Woken};
 use crate::verbs::{
@@ -662,10 +662,12 @@ impl StreamCore {
             {
                 return Poll::Ready(Err(e));
             }
-            if op.remaining() > 0 && op.failure.is_none() && state.conn.write_readiness().is_ok() {
-                continue;
-            }
-            if let Err(e) = ready!(self.wait_to_write(&mut state, cx, Waiter::Poll)) {
+            let blocked = match state.conn.write_readiness() {
+                Ok(()) if op.remaining() > 0 && op.failure.is_none() => continue,
+                Err(WriteError::Blocked(reason)) if op.remaining() > 0 => Some(reason),
+                _ => None,
+            };
+            if let Err(e) = ready!(self.wait_to_write(&mut state, cx, Waiter::Poll, blocked)) {
                 // Once the connection is gone nothing more completes: handle what is queued;
                 // a buffer still out after that stays with the queue pair.
                 self.drain(&mut state)?;
@@ -865,12 +867,21 @@ impl StreamCore {
 
     /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
     /// peer meanwhile (see [`WriteProbe`]): a dead peer then fails the probe and the writer.
+    /// `blocked`: why nothing can be written, counted in the stats once per wait (`None`: the
+    /// writer waits for something else, a lent buffer's return).
     fn wait_to_write(
         &self,
         state: &mut CoreState,
         cx: &mut Context<'_>,
         waiter: Waiter<'_, '_>,
+        blocked: Option<WriteBlocked>,
     ) -> Poll<io::Result<()>> {
+        // A wait yields and is polled again; only its first poll counts.
+        if let Some(reason) = blocked
+            && !state.write_probe.waiting()
+        {
+            state.stats.count_writer_wait(reason);
+        }
         // The timer wakes every writer, so whichever polls next sends the probe.
         let mut side_cx = Context::from_waker(&self.side_wakers[Side::Write as usize]);
         if state.write_probe.poll_due(&mut side_cx) {
@@ -1132,20 +1143,21 @@ impl StreamCore {
         let mut state = self.lock();
         loop {
             ready!(self.pump(&mut state, Some(&mut *cx), waiter.reading_on(side)))?;
-            let blocked = match side {
-                Side::Read => state.conn.read_status() == ReadStatus::Blocked,
-                Side::Write => matches!(state.conn.write_readiness(), Err(WriteError::Blocked(_))),
-            };
-            if !blocked {
-                if side == Side::Write {
-                    state.write_probe.disarm();
-                }
-                return Poll::Ready(Ok(()));
-            }
             let waiter = waiter.reborrow();
             match side {
-                Side::Read => ready!(self.wait(&mut state, side, cx, waiter))?,
-                Side::Write => ready!(self.wait_to_write(&mut state, cx, waiter))?,
+                Side::Read if state.conn.read_status() == ReadStatus::Blocked => {
+                    ready!(self.wait(&mut state, side, cx, waiter))?;
+                }
+                Side::Write => match state.conn.write_readiness() {
+                    Err(WriteError::Blocked(reason)) => {
+                        ready!(self.wait_to_write(&mut state, cx, waiter, Some(reason)))?;
+                    }
+                    _ => {
+                        state.write_probe.disarm();
+                        return Poll::Ready(Ok(()));
+                    }
+                },
+                Side::Read => return Poll::Ready(Ok(())),
             }
         }
     }
@@ -1183,8 +1195,10 @@ impl StreamCore {
                         pumped = true;
                         ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
                     }
-                    Err(WriteError::Blocked(_)) => match cx.as_deref_mut() {
-                        Some(cx) => ready!(self.wait_to_write(&mut state, cx, Waiter::Poll))?,
+                    Err(WriteError::Blocked(reason)) => match cx.as_deref_mut() {
+                        Some(cx) => {
+                            ready!(self.wait_to_write(&mut state, cx, Waiter::Poll, Some(reason)))?
+                        }
                         None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
                     },
                     Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),

@@ -39,6 +39,12 @@ impl WriteProbe {
         self.armed = false;
     }
 
+    /// Whether a wait is in progress: a writer polled again since it began waiting, with no
+    /// progress in between, is still in the same wait.
+    pub(super) fn waiting(&self) -> bool {
+        self.armed
+    }
+
     /// Called by a writer about to wait: registers `cx` with the timer and returns whether a
     /// probe is due now (the timer then restarts for the next one).
     pub(super) fn poll_due(&mut self, cx: &mut Context<'_>) -> bool {

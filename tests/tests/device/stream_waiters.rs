@@ -1,5 +1,6 @@
 //! Several tasks awaiting `readable()` or `writable()` on one stream (or one half) are all woken,
 //! as with `TcpStream`, and a waiter that goes away does not take the others' wake-up with it.
+//! The stream counts what its writers waited for.
 
 use std::future::{Future, poll_fn};
 use std::io;
@@ -7,7 +8,7 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::Poll;
 
-use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async::stream::RStreamOptions;
 use rdma_async_tests::{guard, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
@@ -39,12 +40,13 @@ where
     task
 }
 
-/// Writes 1-byte messages until `stream` would block: the peer, which does not read, runs out
-/// of credits (one per message) long before its ring fills.
-fn fill_until_blocked(stream: &RStream) -> usize {
+/// Writes 1-byte messages with `try_write` (a stream's or a write half's) until it would block:
+/// the peer, which does not read, runs out of credits (one per message) long before its ring
+/// fills.
+fn fill_until_blocked(try_write: impl Fn(&[u8]) -> io::Result<usize>) -> usize {
     let mut written = 0;
     loop {
-        match stream.try_write(b"x") {
+        match try_write(b"x") {
             Ok(n) => written += n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return written,
             Err(e) => panic!("try_write: {e}"),
@@ -104,7 +106,7 @@ async fn a_dropped_readable_waiter_leaves_the_other_woken() {
 async fn two_tasks_awaiting_writable_are_both_woken_when_credits_return() {
     let (mut a, b) = stream_pair(RStreamOptions::new()).await;
     let b = Arc::new(b);
-    let written = fill_until_blocked(&b);
+    let written = fill_until_blocked(|buf| b.try_write(buf));
     assert!(written > 0);
     let first = spawn_waiting("first writable", {
         let b = b.clone();
@@ -141,14 +143,7 @@ async fn two_tasks_awaiting_each_owned_half_are_both_woken() {
         guard("readable half", reader).await.unwrap().unwrap();
     }
 
-    let mut written = 0;
-    loop {
-        match wr.try_write(b"x") {
-            Ok(n) => written += n,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-            Err(e) => panic!("try_write: {e}"),
-        }
-    }
+    let written = fill_until_blocked(|buf| wr.try_write(buf));
     assert!(written > 0);
     let mut writers = Vec::new();
     for what in ["first writable half", "second writable half"] {
@@ -162,4 +157,75 @@ async fn two_tasks_awaiting_each_owned_half_are_both_woken() {
     for writer in writers {
         guard("writable half", writer).await.unwrap().unwrap();
     }
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writers_out_of_the_peers_credits_are_counted_as_waiting_for_the_peer() {
+    // A send queue deeper than the peer's credits, so credits run out first.
+    let (mut a, b) = stream_pair(RStreamOptions::new().sq_size(1024)).await;
+    let (rd, mut wr) = b.into_split();
+    wr.write_all(b"room").await.unwrap();
+    let mut got = [0u8; 4];
+    guard("read the first write", a.read_exact(&mut got))
+        .await
+        .unwrap();
+    let written = fill_until_blocked(|buf| wr.try_write(buf));
+    let before = rd.stats();
+    assert_eq!(
+        (before.writer_waits_for_peer, before.writer_waits_for_sends),
+        (0, 0),
+        "writes that found room, and try_write, never wait: {before:?}"
+    );
+
+    // `writable()` waits.
+    let wr = Arc::new(wr);
+    let waiter = spawn_waiting("writable, out of credits", {
+        let wr = wr.clone();
+        async move { wr.writable().await }
+    })
+    .await;
+    let waiting = rd.stats();
+    assert_eq!(
+        (
+            waiting.writer_waits_for_peer,
+            waiting.writer_waits_for_sends
+        ),
+        (1, 0),
+        "one wait, for the peer: {waiting:?}"
+    );
+    let mut got = vec![0u8; written];
+    guard("read what was written", a.read_exact(&mut got))
+        .await
+        .unwrap();
+    guard("writable once credits return", waiter)
+        .await
+        .unwrap()
+        .unwrap();
+
+    // So does a write.
+    let mut wr = Arc::try_unwrap(wr).expect("the waiter is done");
+    let written = fill_until_blocked(|buf| wr.try_write(buf));
+    let before = rd.stats();
+    let writer = spawn_waiting("a write, out of credits", async move {
+        wr.write_all(b"y").await
+    })
+    .await;
+    let waiting = rd.stats();
+    assert_eq!(
+        (
+            waiting.writer_waits_for_peer,
+            waiting.writer_waits_for_sends
+        ),
+        (before.writer_waits_for_peer + 1, 0),
+        "one more wait, for the peer: {before:?} then {waiting:?}"
+    );
+    let mut got = vec![0u8; written + 1];
+    guard("read what was written", a.read_exact(&mut got))
+        .await
+        .unwrap();
+    guard("the write once credits return", writer)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got[written], b'y');
 }
