@@ -10,7 +10,7 @@ use std::task::Poll;
 
 use rdma_async::stream::RStreamOptions;
 use rdma_async_tests::{guard, stream_pair};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
@@ -52,6 +52,15 @@ fn fill_until_blocked(try_write: impl Fn(&[u8]) -> io::Result<usize>) -> usize {
             Err(e) => panic!("try_write: {e}"),
         }
     }
+}
+
+/// Reads exactly `len` bytes from `stream`: what the test wrote, which returns the credits.
+async fn read_written(stream: &mut (impl AsyncRead + Unpin), len: usize) -> Vec<u8> {
+    let mut got = vec![0u8; len];
+    guard("read what was written", stream.read_exact(&mut got))
+        .await
+        .unwrap();
+    got
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
@@ -119,10 +128,7 @@ async fn two_tasks_awaiting_writable_are_both_woken_when_credits_return() {
     })
     .await;
     // Reading returns the credits.
-    let mut got = vec![0u8; written];
-    guard("read what was written", a.read_exact(&mut got))
-        .await
-        .unwrap();
+    read_written(&mut a, written).await;
     guard("first writable", first).await.unwrap().unwrap();
     guard("second writable", second).await.unwrap().unwrap();
     assert!(b.try_write(b"y").unwrap() > 0);
@@ -150,10 +156,7 @@ async fn two_tasks_awaiting_each_owned_half_are_both_woken() {
         let wr = wr.clone();
         writers.push(spawn_waiting(what, async move { wr.writable().await }).await);
     }
-    let mut got = vec![0u8; written];
-    guard("read what was written", b.read_exact(&mut got))
-        .await
-        .unwrap();
+    read_written(&mut b, written).await;
     for writer in writers {
         guard("writable half", writer).await.unwrap().unwrap();
     }
@@ -165,10 +168,7 @@ async fn writers_out_of_the_peers_credits_are_counted_as_waiting_for_the_peer() 
     let (mut a, b) = stream_pair(RStreamOptions::new().sq_size(1024)).await;
     let (rd, mut wr) = b.into_split();
     wr.write_all(b"room").await.unwrap();
-    let mut got = [0u8; 4];
-    guard("read the first write", a.read_exact(&mut got))
-        .await
-        .unwrap();
+    assert_eq!(read_written(&mut a, 4).await, b"room");
     let written = fill_until_blocked(|buf| wr.try_write(buf));
     let before = rd.stats();
     assert_eq!(
@@ -193,10 +193,7 @@ async fn writers_out_of_the_peers_credits_are_counted_as_waiting_for_the_peer() 
         (1, 0),
         "one wait, for the peer: {waiting:?}"
     );
-    let mut got = vec![0u8; written];
-    guard("read what was written", a.read_exact(&mut got))
-        .await
-        .unwrap();
+    read_written(&mut a, written).await;
     guard("writable once credits return", waiter)
         .await
         .unwrap()
@@ -219,10 +216,7 @@ async fn writers_out_of_the_peers_credits_are_counted_as_waiting_for_the_peer() 
         (before.writer_waits_for_peer + 1, 0),
         "one more wait, for the peer: {before:?} then {waiting:?}"
     );
-    let mut got = vec![0u8; written + 1];
-    guard("read what was written", a.read_exact(&mut got))
-        .await
-        .unwrap();
+    let got = read_written(&mut a, written + 1).await;
     guard("the write once credits return", writer)
         .await
         .unwrap()
