@@ -1,38 +1,184 @@
 //! An HTTP client (hyper-util's pooled client) over RDMA: GETs a URL a few times on one
-//! kept-alive connection and prints the bodies.
+//! kept-alive connection and prints the bodies, or times many GETs.
 //!
 //! ```text
-//! http_client [--h2] [url]          # default http://10.77.0.1:8080/
+//! http_client [--h2] [--tcp] [--requests N] [url]          # default http://10.77.0.1:8080/
 //! ```
 //!
-//! `--h2` speaks HTTP/2 with prior knowledge (rdma_cm has no ALPN).
+//! `--h2` speaks HTTP/2 with prior knowledge (rdma_cm has no ALPN). `--tcp` uses kernel TCP
+//! (with `TCP_NODELAY`) instead of RDMA, for comparisons against `http_server --tcp`.
+//! `--requests N` sends one GET to open the connection, then N more one at a time on it, and
+//! prints their latency percentiles instead of the bodies:
+//!
+//! ```text
+//! requests 2000 p50 1234.5 us p90 1400.2 us p99 2100.0 us
+//! ```
+
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use rdma_async::integration::hyper::RConnector;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-#[rdma_async::main(flavor = "multi_thread")]
-async fn main() -> Result<(), BoxError> {
-    let mut h2 = false;
-    let mut url = "http://10.77.0.1:8080/".to_owned();
-    for arg in std::env::args().skip(1) {
+const USAGE: &str = "usage: http_client [--h2] [--tcp] [--requests N] [url]";
+
+/// What the command line asked for.
+struct Options {
+    h2: bool,
+    tcp: bool,
+    /// Timed requests (`--requests`); `None` prints three bodies instead.
+    requests: Option<usize>,
+    url: hyper::Uri,
+}
+
+fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut opts = Options {
+        h2: false,
+        tcp: false,
+        requests: None,
+        url: hyper::Uri::from_static("http://10.77.0.1:8080/"),
+    };
+    while let Some(arg) = args.next() {
         match arg.as_str() {
-            "--h2" => h2 = true,
-            _ => url = arg,
+            "--h2" => opts.h2 = true,
+            "--tcp" => opts.tcp = true,
+            "--requests" => {
+                let n = args.next().ok_or("--requests needs a count")?;
+                let n = n
+                    .parse()
+                    .ok()
+                    .filter(|&n| n > 0)
+                    .ok_or_else(|| format!("--requests wants a positive count, not {n:?}"))?;
+                opts.requests = Some(n);
+            }
+            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
+            url => opts.url = url.parse().map_err(|e| format!("bad url {url:?}: {e}"))?,
         }
     }
-    let client = Client::builder(TokioExecutor::new())
-        .http2_only(h2)
-        .build::<_, Empty<Bytes>>(RConnector::new());
-    for _ in 0..3 {
-        let response = client.get(url.parse()?).await?;
-        println!("{:?} {}", response.version(), response.status());
-        let body = response.into_body().collect().await?.to_bytes();
-        print!("{}", String::from_utf8_lossy(&body));
+    Ok(opts)
+}
+
+#[rdma_async::main(flavor = "multi_thread")]
+async fn main() -> Result<(), BoxError> {
+    let opts = match parse(std::env::args().skip(1)) {
+        Ok(opts) => opts,
+        Err(msg) => {
+            eprintln!("http_client: {msg}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    let builder = Client::builder(TokioExecutor::new())
+        .http2_only(opts.h2)
+        .clone();
+    if opts.tcp {
+        let mut tcp = HttpConnector::new();
+        tcp.set_nodelay(true);
+        run(builder.build(tcp), &opts).await
+    } else {
+        run(builder.build(RConnector::new()), &opts).await
     }
+}
+
+async fn run<C>(client: Client<C, Empty<Bytes>>, opts: &Options) -> Result<(), BoxError>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let Some(requests) = opts.requests else {
+        for _ in 0..3 {
+            let (version, status, body) = get(&client, &opts.url).await?;
+            println!("{version:?} {status}");
+            print!("{}", String::from_utf8_lossy(&body));
+        }
+        return Ok(());
+    };
+    // The first request opens the connection; the timed ones reuse it.
+    get(&client, &opts.url).await?;
+    let mut took = Vec::with_capacity(requests);
+    for _ in 0..requests {
+        let start = Instant::now();
+        let (_, status, _) = get(&client, &opts.url).await?;
+        took.push(start.elapsed());
+        if !status.is_success() {
+            return Err(format!("{} answered {status}", opts.url).into());
+        }
+    }
+    took.sort_unstable();
+    let at = |q: f64| micros(took[((took.len() - 1) as f64 * q).round() as usize]);
+    println!(
+        "requests {requests} p50 {:.1} us p90 {:.1} us p99 {:.1} us",
+        at(0.5),
+        at(0.9),
+        at(0.99)
+    );
     Ok(())
+}
+
+/// One GET, its body read to the end.
+async fn get<C>(
+    client: &Client<C, Empty<Bytes>>,
+    url: &hyper::Uri,
+) -> Result<(hyper::Version, hyper::StatusCode, Bytes), BoxError>
+where
+    C: Connect + Clone + Send + Sync + 'static,
+{
+    let response = client.get(url.clone()).await?;
+    let (version, status) = (response.version(), response.status());
+    let body = response.into_body().collect().await?.to_bytes();
+    Ok((version, status, body))
+}
+
+fn micros(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(list: &[&str]) -> impl Iterator<Item = String> {
+        list.iter()
+            .map(|s| (*s).to_owned())
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn flags_and_url_are_read_in_any_order() {
+        let opts = parse(args(&[
+            "--tcp",
+            "http://10.0.0.2:81/x",
+            "--requests",
+            "7",
+            "--h2",
+        ]))
+        .expect("valid options");
+        assert!(opts.tcp && opts.h2);
+        assert_eq!(opts.requests, Some(7));
+        assert_eq!(opts.url, "http://10.0.0.2:81/x");
+    }
+
+    #[test]
+    fn defaults_print_bodies_over_rdma() {
+        let opts = parse(args(&[])).expect("no options");
+        assert!(!opts.tcp && !opts.h2);
+        assert_eq!(opts.requests, None);
+        assert_eq!(opts.url, "http://10.77.0.1:8080/");
+    }
+
+    #[test]
+    fn bad_counts_and_unknown_flags_are_refused() {
+        for bad in [
+            &["--requests"][..],
+            &["--requests", "0"],
+            &["--requests", "x"],
+            &["-v"],
+        ] {
+            assert!(parse(args(bad)).is_err(), "{bad:?} was accepted");
+        }
+    }
 }

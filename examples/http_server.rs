@@ -1,11 +1,13 @@
 //! An HTTP server (hyper, HTTP/1.1 or HTTP/2 prior knowledge) over RDMA.
 //!
 //! ```text
-//! http_server [address:port]        # default 10.77.0.1:8080
+//! http_server [--tcp] [address:port]        # default 10.77.0.1:8080
 //! ```
 //!
 //! `POST /echo` answers with the request's body, unchanged; every other request gets a greeting
-//! that names the request's path and the peer.
+//! that names the request's path, the peer and the transport. `--tcp` serves the same over
+//! kernel TCP instead (with `TCP_NODELAY`), so `http_client --tcp` can compare the two
+//! (`scripts/compare-wire` does, across two hosts).
 
 use std::net::SocketAddr;
 
@@ -16,43 +18,73 @@ use hyper::service::service_fn;
 use hyper::{Method, Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rdma_async::stream::RListener;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+
+const USAGE: &str = "usage: http_server [--tcp] [address:port]";
 
 #[rdma_async::main(flavor = "multi_thread")]
 async fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "10.77.0.1:8080".into());
+    let mut tcp = false;
+    let mut addr = "10.77.0.1:8080".to_owned();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--tcp" => tcp = true,
+            flag if flag.starts_with('-') => {
+                eprintln!("http_server: unknown option {flag}\n{USAGE}");
+                std::process::exit(2);
+            }
+            _ => addr = arg,
+        }
+    }
+    if tcp {
+        let listener = TcpListener::bind(&addr).await?;
+        println!("over TCP, listening on http://{}", listener.local_addr()?);
+        loop {
+            let (stream, peer) = listener.accept().await?;
+            // Answers go out at once, as RStream's do (it has no Nagle).
+            stream.set_nodelay(true)?;
+            tokio::spawn(serve(stream, peer, "TCP"));
+        }
+    }
     let listener = RListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
     loop {
         let (stream, peer) = listener.accept().await?;
-        tokio::spawn(async move {
-            let service = service_fn(move |req| answer(req, peer));
-            // `auto` picks HTTP/1.1 or HTTP/2 from the first bytes, as over TCP.
-            let served = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), service)
-                .await;
-            if let Err(e) = served {
-                eprintln!("{peer}: {e}");
-            }
-        });
+        tokio::spawn(serve(stream, peer, "RDMA"));
+    }
+}
+
+/// Serves one connection until the client closes it.
+async fn serve<IO>(io: IO, peer: SocketAddr, transport: &'static str)
+where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| answer(req, peer, transport));
+    // `auto` picks HTTP/1.1 or HTTP/2 from the first bytes, as over TCP.
+    let served = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+        .serve_connection(TokioIo::new(io), service)
+        .await;
+    if let Err(e) = served {
+        eprintln!("{peer}: {e}");
     }
 }
 
 async fn answer(
     req: Request<Incoming>,
     peer: SocketAddr,
+    transport: &str,
 ) -> Result<Response<Full<Bytes>>, hyper::Error> {
     if req.method() == Method::POST && req.uri().path() == "/echo" {
         let body = req.into_body().collect().await?.to_bytes();
         return Ok(Response::new(Full::new(body)));
     }
-    Ok(greet(&req, peer))
+    Ok(greet(&req, peer, transport))
 }
 
-fn greet(req: &Request<Incoming>, peer: SocketAddr) -> Response<Full<Bytes>> {
+fn greet(req: &Request<Incoming>, peer: SocketAddr, transport: &str) -> Response<Full<Bytes>> {
     let text = format!(
-        "hello {peer}, you asked for {} over RDMA\n",
+        "hello {peer}, you asked for {} over {transport}\n",
         req.uri().path()
     );
     Response::new(Full::new(Bytes::from(text)))

@@ -201,3 +201,19 @@ impl Tool {
         text
     }
 }
+
+/// Starts `examples/http_server` with `args` (`--tcp` for TCP) on an ephemeral port of the test
+/// address; returns it and the address it listens on, which it prints.
+pub async fn http_server(args: &[&str]) -> (Tool, std::net::SocketAddr) {
+    let bind = format!("{}:0", crate::test_ip());
+    let mut all = args.to_vec();
+    all.push(&bind);
+    let mut server = Tool::spawn(&example("http_server"), &all);
+    let line = server.wait_for("listening on http://").await;
+    let addr = line
+        .rsplit("http://")
+        .next()
+        .and_then(|a| a.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no address in {line:?}"));
+    (server, addr)
+}

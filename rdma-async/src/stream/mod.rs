@@ -111,6 +111,7 @@
 //! `greeter_client.rs` (tonic; unary and server-streaming, generated from
 //! `examples/proto/greeter.proto` with a vendored protoc, so no system protoc is needed).
 
+mod gather;
 mod lending_ring;
 mod lent_bytes;
 mod listener;

@@ -456,7 +456,7 @@ impl RStream {
     ///
     /// `WouldBlock`, `BrokenPipe` once writing is shut down, or the connection's error.
     pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        self.inner.core.try_write(&[buf])
+        self.inner.core.try_write(&[io::IoSlice::new(buf)])
     }
 
     /// As [`Self::try_write`], gathering from several buffers.
@@ -465,8 +465,7 @@ impl RStream {
     ///
     /// As [`Self::try_write`].
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
-        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.inner.core().try_write(&slices)
+        self.inner.core().try_write(bufs)
     }
 
     /// Test hook: sends the raw immediate word `imm` to the peer outside the protocol, to
@@ -646,7 +645,7 @@ impl AsyncWrite for RStream {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        self.inner.core.poll_write(cx, &[buf])
+        self.inner.core.poll_write(cx, &[io::IoSlice::new(buf)])
     }
 
     fn poll_write_vectored(
@@ -654,8 +653,7 @@ impl AsyncWrite for RStream {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
-        self.inner.core.poll_write(cx, &slices)
+        self.inner.core.poll_write(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {

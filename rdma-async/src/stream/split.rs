@@ -14,11 +14,6 @@ use super::lent_bytes::LentBytes;
 use super::rstream::{Inner, RStream};
 use super::stats::StreamStats;
 
-/// Gathers `IoSlice`s for the core.
-fn slices<'a>(bufs: &'a [io::IoSlice<'a>]) -> Vec<&'a [u8]> {
-    bufs.iter().map(|b| &**b).collect()
-}
-
 /// The reading half of an [`RStream`], borrowed by [`RStream::split`].
 #[derive(Debug)]
 pub struct ReadHalf<'a>(&'a Inner);
@@ -249,7 +244,7 @@ macro_rules! write_half_methods {
         ///
         /// As [`RStream::try_write`].
         pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-            self.shared().core().try_write(&[buf])
+            self.shared().core().try_write(&[io::IoSlice::new(buf)])
         }
 
         /// As [`RStream::stats`]: the whole stream's counters, both directions.
@@ -317,7 +312,9 @@ macro_rules! impl_async_write {
                 cx: &mut Context<'_>,
                 buf: &[u8],
             ) -> Poll<io::Result<usize>> {
-                self.shared().core().poll_write(cx, &[buf])
+                self.shared()
+                    .core()
+                    .poll_write(cx, &[io::IoSlice::new(buf)])
             }
 
             fn poll_write_vectored(
@@ -325,7 +322,7 @@ macro_rules! impl_async_write {
                 cx: &mut Context<'_>,
                 bufs: &[io::IoSlice<'_>],
             ) -> Poll<io::Result<usize>> {
-                self.shared().core().poll_write(cx, &slices(bufs))
+                self.shared().core().poll_write(cx, bufs)
             }
 
             fn is_write_vectored(&self) -> bool {

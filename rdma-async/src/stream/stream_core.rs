@@ -28,6 +28,7 @@ use std::task::{Context, Poll, Waker, ready};
 use tokio::io::ReadBuf;
 use tokio::task::coop;
 
+use super::gather::Gather;
 use super::lending_ring::{INITIAL_RANGE, WINDOW_RANGE, WINDOW_WRS, lending_ring};
 use super::lent_bytes::LentBytes;
 use super::options::RStreamOptions;
@@ -556,39 +557,58 @@ impl StreamCore {
         state.transport_error.record(err)
     }
 
-    /// Copies `src` into the send ring (or sends it inline) as the data write `write`, added
-    /// to `chain`.
+    /// Takes the data write `write`'s bytes from `source`, copied into the send ring or sent
+    /// inline, and adds the write to `chain`.
     fn push_data(
         &self,
         state: &mut CoreState,
         chain: &mut SendChain<'_>,
         write: &DataWrite,
-        src: &[u8],
+        source: &mut Gather<'_>,
     ) -> io::Result<()> {
+        if write.len > source.remaining() {
+            let err = io::Error::other("a chunk was planned longer than the bytes left to write");
+            return Err(self.fatal(state, err));
+        }
+        if write.inline {
+            let gathered;
+            let bytes = match source.take_contiguous(write.len) {
+                Some(bytes) => bytes,
+                // Spread over several of the call's buffers: the device takes inline bytes as
+                // one range. Rare: only small vectored writes go inline.
+                None => {
+                    gathered = source.take_vec(write.len);
+                    &gathered[..]
+                }
+            };
+            return self.push_data_write(state, chain, write, Payload::Inline(bytes));
+        }
         let mut segments = [Segment {
             buffer: SBUF,
             offset: 0,
             len: 0,
         }; 2];
-        let payload = if write.inline {
-            Payload::Inline(src)
-        } else {
-            let mut copied = 0;
-            let ring = write.sbuf.as_slice();
-            for (dst, seg) in segments.iter_mut().zip(ring) {
-                self.qp
-                    .buffer(SBUF)
-                    .write_at(seg.offset, &src[copied..copied + seg.len])?;
-                *dst = Segment {
-                    buffer: SBUF,
-                    offset: seg.offset,
-                    len: seg.len,
-                };
-                copied += seg.len;
+        let ring = write.sbuf.as_slice();
+        for (dst, seg) in segments.iter_mut().zip(ring) {
+            let mut at = seg.offset;
+            while at < seg.offset + seg.len {
+                // Not empty: the source holds at least the chunk's bytes (checked above).
+                let piece = source.next_piece(seg.offset + seg.len - at);
+                self.qp.buffer(SBUF).write_at(at, piece)?;
+                at += piece.len();
             }
-            Payload::Segments(&segments[..ring.len()])
-        };
-        self.push_data_write(state, chain, write, payload)
+            *dst = Segment {
+                buffer: SBUF,
+                offset: seg.offset,
+                len: seg.len,
+            };
+        }
+        self.push_data_write(
+            state,
+            chain,
+            write,
+            Payload::Segments(&segments[..ring.len()]),
+        )
     }
 
     /// Adds the data write `write` (an RDMA write with its DATA immediate) from `payload` to
@@ -1164,7 +1184,11 @@ impl StreamCore {
 
     /// Writes from `bufs` in order, as much as fits now; with no `cx`, returns `WouldBlock`
     /// instead of waiting when nothing fits.
-    fn write(&self, mut cx: Option<&mut Context<'_>>, bufs: &[&[u8]]) -> Poll<io::Result<usize>> {
+    fn write(
+        &self,
+        mut cx: Option<&mut Context<'_>>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
         let mut state = self.lock();
         // Like rsockets' rsend, completions are reaped only once the write cannot go on: a
         // write that can post goes straight to the device (a 64 B round trip polled the queue
@@ -1175,36 +1199,33 @@ impl StreamCore {
         // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
         // below, so the chain is empty whenever it does.
         let mut chain = SendChain::new(&self.qp);
-        'bufs: for buf in bufs.iter().filter(|b| !b.is_empty()) {
-            // rsockets ramps chunk sizes up from 2 KiB in every write call; we send the largest
-            // chunks at once (fewer work requests; the peer cannot tell the difference).
-            let mut call = WriteCall::largest();
-            let mut done = 0;
-            while done < buf.len() {
-                match state.conn.prepare_write(&mut call, buf.len() - done) {
-                    Ok(write) => {
-                        let src = &buf[done..done + write.len];
-                        self.push_data(&mut state, &mut chain, &write, src)?;
-                        state.write_probe.disarm();
-                        done += write.len;
-                        written += write.len;
+        // The call's buffers are one run of bytes (see `Gather`): rsockets ramps chunk sizes up
+        // from 2 KiB in every write call; we send the largest chunks at once (fewer work
+        // requests; the peer cannot tell the difference).
+        let mut source = Gather::new(bufs);
+        let mut call = WriteCall::largest();
+        while source.remaining() > 0 {
+            match state.conn.prepare_write(&mut call, source.remaining()) {
+                Ok(write) => {
+                    self.push_data(&mut state, &mut chain, &write, &mut source)?;
+                    state.write_probe.disarm();
+                    written += write.len;
+                }
+                Err(_) if written > 0 => break,
+                Err(_) if !pumped => {
+                    debug_assert!(chain.is_empty(), "a write waits with chunks unposted");
+                    pumped = true;
+                    ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
+                }
+                Err(WriteError::Blocked(reason)) => match cx.as_deref_mut() {
+                    Some(cx) => {
+                        ready!(self.wait_to_write(&mut state, cx, Waiter::Poll, Some(reason)))?
                     }
-                    Err(_) if written > 0 => break 'bufs,
-                    Err(_) if !pumped => {
-                        debug_assert!(chain.is_empty(), "a write waits with chunks unposted");
-                        pumped = true;
-                        ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
-                    }
-                    Err(WriteError::Blocked(reason)) => match cx.as_deref_mut() {
-                        Some(cx) => {
-                            ready!(self.wait_to_write(&mut state, cx, Waiter::Poll, Some(reason)))?
-                        }
-                        None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
-                    },
-                    Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
-                    Err(WriteError::Failed(e)) => {
-                        return Poll::Ready(Err(self.failure(&state, Some(e))));
-                    }
+                    None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
+                },
+                Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
+                Err(WriteError::Failed(e)) => {
+                    return Poll::Ready(Err(self.failure(&state, Some(e))));
                 }
             }
         }
@@ -1216,7 +1237,7 @@ impl StreamCore {
     pub(super) fn poll_write(
         &self,
         cx: &mut Context<'_>,
-        bufs: &[&[u8]],
+        bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         if bufs.iter().all(|b| b.is_empty()) {
             return Poll::Ready(Ok(0));
@@ -1228,7 +1249,7 @@ impl StreamCore {
     }
 
     /// Writes without waiting: `WouldBlock` when nothing fits now.
-    pub(super) fn try_write(&self, bufs: &[&[u8]]) -> io::Result<usize> {
+    pub(super) fn try_write(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         if bufs.iter().all(|b| b.is_empty()) {
             return Ok(0);
         }
@@ -1358,7 +1379,7 @@ impl StreamCore {
         while sent < max {
             match state.conn.prepare_empty_write() {
                 Ok(write) => {
-                    self.push_data(&mut state, &mut chain, &write, &[])?;
+                    self.push_data(&mut state, &mut chain, &write, &mut Gather::new(&[]))?;
                     sent += 1;
                 }
                 Err(WriteError::Blocked(_)) => break,

@@ -5,7 +5,7 @@
 //! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
 
 use rdma_async_tests::test_ip;
-use rdma_async_tests::tools::{EXCHANGE_DONE, Tool, UDADDY_PORT, example};
+use rdma_async_tests::tools::{EXCHANGE_DONE, Tool, UDADDY_PORT, example, http_server};
 
 /// Runs a client whose server is another process that gives no sign of being ready: retried
 /// (boundedly) while it fails, as a user would rerun it.
@@ -292,5 +292,46 @@ async fn msg_rate_example_counts_every_message_of_both_kinds() {
             field(report_line(&client, kind), "msgs_per_s") > 0.0,
             "{client}"
         );
+    }
+}
+
+#[rdma_async::test]
+async fn http_client_example_times_requests_over_rdma_and_over_tcp() {
+    // The short version of scripts/compare-wire's HTTP rows, on one device.
+    for (transport, flags) in [("RDMA", &[][..]), ("TCP", &["--tcp"][..])] {
+        let (_server, addr) = http_server(flags).await;
+        let url = format!("http://{addr}/timed");
+        let mut args = flags.to_vec();
+        args.push(&url);
+        let greeting = Tool::spawn(&example("http_client"), &args)
+            .expect_success(&[&format!("you asked for /timed over {transport}\n")])
+            .await;
+        assert_eq!(greeting.matches("HTTP/1.1 200 OK").count(), 3, "{greeting}");
+        for h2 in [false, true] {
+            let mut timed = vec!["--requests", "25"];
+            timed.extend_from_slice(flags);
+            if h2 {
+                timed.push("--h2");
+            }
+            timed.push(&url);
+            let out = Tool::spawn(&example("http_client"), &timed)
+                .expect_success(&[])
+                .await;
+            let line = report_line(&out, "requests 25 ");
+            let micros: Vec<f64> = ["p50", "p90", "p99"]
+                .iter()
+                .map(|p| {
+                    let after = line.split(&format!("{p} ")).nth(1).unwrap_or("");
+                    let value = after.split_whitespace().next().unwrap_or("");
+                    value
+                        .parse()
+                        .unwrap_or_else(|_| panic!("no {p} in {line:?}"))
+                })
+                .collect();
+            assert!(
+                micros[0] > 0.0 && micros[0] <= micros[1] && micros[1] <= micros[2],
+                "{transport} h2={h2}: percentiles out of order: {line}"
+            );
+        }
     }
 }

@@ -13,24 +13,12 @@ use std::net::SocketAddr;
 use rdma_async::stream::{RListener, RStream};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::preload::{finish_with_input, preloaded, run_on_files};
-use rdma_async_tests::tools::{Tool, example};
+use rdma_async_tests::tools::http_server;
 use rdma_async_tests::{argv, connect_when_listening, guard, rlistener, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Size of the body curl posts to `/echo`.
 const POST_BODY: usize = 8 << 20;
-
-/// Starts `examples/http_server` on an ephemeral port; returns it and its address.
-async fn http_server() -> (Tool, SocketAddr) {
-    let mut server = Tool::spawn(&example("http_server"), &[format!("{}:0", test_ip())]);
-    let line = server.wait_for("listening on http://").await;
-    let addr = line
-        .rsplit("http://")
-        .next()
-        .and_then(|a| a.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
-    (server, addr)
-}
 
 /// Runs curl under librspreload with `args` and `input` on its stdin; returns its stdout.
 async fn curl(args: Vec<String>, input: Vec<u8>) -> Vec<u8> {
@@ -44,7 +32,7 @@ async fn curl(args: Vec<String>, input: Vec<u8>) -> Vec<u8> {
 
 #[rdma_async::test]
 async fn curl_gets_from_http_server() {
-    let (_server, addr) = http_server().await;
+    let (_server, addr) = http_server(&[]).await;
     let body = curl(argv![format!("http://{addr}/from-curl")], Vec::new()).await;
     let body = String::from_utf8(body).expect("UTF-8 body");
     assert!(
@@ -56,7 +44,7 @@ async fn curl_gets_from_http_server() {
 
 #[rdma_async::test]
 async fn curl_speaks_http2_with_prior_knowledge() {
-    let (_server, addr) = http_server().await;
+    let (_server, addr) = http_server(&[]).await;
     let out = curl(
         argv![
             "--http2-prior-knowledge",
@@ -76,7 +64,7 @@ async fn curl_speaks_http2_with_prior_knowledge() {
 
 #[rdma_async::test]
 async fn curl_posts_8_mib_and_gets_it_echoed() {
-    let (_server, addr) = http_server().await;
+    let (_server, addr) = http_server(&[]).await;
     let sent = pattern(15, POST_BODY);
     // The body from stdin (`@-`), the answer to stdout.
     let echoed = curl(

@@ -15,6 +15,58 @@ use rdma_async_tests::{
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// Vectored writes of pieces of odd sizes through 8 KiB rings: the chunks cut across the
+/// pieces (a call's buffers are one run of bytes) and across the rings' ends, and every byte
+/// arrives in order.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vectored_writes_cut_across_pieces_and_ring_ends_in_order() {
+    let options = RStreamOptions::new()
+        .send_buffer_size(8192)
+        .recv_buffer_size(8192);
+    let (mut reader, mut writer) = stream_pair(options).await;
+    let data = pattern(17, 300_000);
+    let pieces = [1usize, 63, 2, 700, 13, 3000, 64, 5000, 9];
+    let writing = async {
+        let mut rest = &data[..];
+        let mut calls = 0u32;
+        while !rest.is_empty() {
+            // The next pieces of the pattern, in `pieces`' sizes, turn by turn.
+            let mut slices = Vec::new();
+            let mut at = 0;
+            for &len in pieces
+                .iter()
+                .cycle()
+                .skip(calls as usize % pieces.len())
+                .take(4)
+            {
+                let len = len.min(rest.len() - at);
+                slices.push(io::IoSlice::new(&rest[at..at + len]));
+                at += len;
+            }
+            let n = writer.write_vectored(&slices).await?;
+            assert!(n > 0 && n <= at, "wrote {n} of {at} bytes offered");
+            rest = &rest[n..];
+            calls += 1;
+        }
+        writer.shutdown().await?;
+        io::Result::Ok(calls)
+    };
+    let reading = async {
+        let mut got = Vec::with_capacity(data.len());
+        reader.read_to_end(&mut got).await?;
+        io::Result::Ok(got)
+    };
+    let (calls, got) = guard("vectored writes", async { tokio::join!(writing, reading) }).await;
+    let calls = calls.unwrap();
+    let got = got.unwrap();
+    assert_eq!(
+        got.len(),
+        data.len(),
+        "bytes received ({calls} write calls)"
+    );
+    assert!(got == data, "the bytes arrived changed or out of order");
+}
+
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn echo_of_many_sizes_wraps_the_rings() {
     // Small rings: every large message wraps both rings many times.

@@ -176,33 +176,42 @@ async fn write_pieces_once(
     delta
 }
 
-/// 40 pieces of 50 bytes in one call: 40 inline chunks, more than one chain holds (16
-/// requests, 256 inline bytes), so the chain posts as it fills, in order.
+/// 40 pieces of 50 bytes in one call: one message of 2000 bytes, as a `writev` on a TCP socket
+/// is one segment. Each piece its own message cost a work request, a peer's receive and a
+/// credit each, and on Soft-RoCE a packet and an ACK each way.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_call_of_many_inline_chunks_posts_full_chains_in_order() {
+async fn a_vectored_call_of_small_pieces_goes_as_one_message() {
     let s = write_pieces_once(RStreamOptions::new(), 3, 50, 40).await;
     println!("{s:?}");
     assert_eq!(
-        (s.data_writes, s.inline_writes),
-        (40, 40),
-        "one inline chunk per piece: {s:?}"
-    );
-    assert!(
-        s.post_send_calls > 1 && s.post_send_calls < s.data_writes,
-        "40 chunks went as several chains: {s:?}"
+        (s.data_writes, s.inline_writes, s.post_send_calls),
+        (1, 0, 1),
+        "one chunk from the send ring, one post: {s:?}"
     );
 }
 
-/// Pieces of 300 bytes with a 512-byte inline limit: each inline payload is larger than a
-/// chain's inline room and is posted alone, straight from the caller's bytes.
+/// Three pieces of 10 bytes: 30 bytes, within the 64-byte inline limit, gathered into one
+/// inline message.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_inline_chunk_larger_than_a_chains_room_is_posted_alone() {
-    let s = write_pieces_once(RStreamOptions::new().inline_size(512), 4, 300, 6).await;
+async fn pieces_within_the_inline_limit_go_inline_as_one_message() {
+    let s = write_pieces_once(RStreamOptions::new(), 5, 10, 3).await;
     println!("{s:?}");
     assert_eq!(
-        (s.data_writes, s.inline_writes),
-        (6, 6),
-        "Soft-RoCE grants 512 inline bytes, so every piece went inline: {s:?}"
+        (s.data_writes, s.inline_writes, s.post_send_calls),
+        (1, 1, 1),
+        "one inline chunk, one post: {s:?}"
     );
-    assert_eq!(s.post_send_calls, 6, "each went alone: {s:?}");
+}
+
+/// Four pieces of 100 bytes with a 512-byte inline limit: one inline payload of 400 bytes,
+/// gathered from the pieces and larger than a chain's inline room (256 bytes), so posted alone.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_chunk_larger_than_a_chains_room_is_posted_alone() {
+    let s = write_pieces_once(RStreamOptions::new().inline_size(512), 4, 100, 4).await;
+    println!("{s:?}");
+    assert_eq!(
+        (s.data_writes, s.inline_writes, s.post_send_calls),
+        (1, 1, 1),
+        "Soft-RoCE grants 512 inline bytes, so the 400 went inline, alone: {s:?}"
+    );
 }
