@@ -50,8 +50,16 @@ async fn main() -> std::io::Result<()> {
     let listener = RListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
     loop {
-        let (stream, peer) = listener.accept().await?;
-        tokio::spawn(serve(stream, peer, "RDMA"));
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                tokio::spawn(serve(stream, peer, "RDMA"));
+            }
+            // Only a listener whose device went away is done; a request this host could not
+            // set up (a client gone mid-handshake, no memory or queue pairs left) is refused
+            // and the next one is taken, as `RListener::accept` documents.
+            Err(e) if e.kind() == std::io::ErrorKind::NetworkDown => return Err(e),
+            Err(e) => eprintln!("http_server: a connection request failed: {e}"),
+        }
     }
 }
 

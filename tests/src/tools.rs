@@ -175,6 +175,13 @@ impl Tool {
         }
     }
 
+    /// Stops the program (SIGKILL) and returns all it printed: what a server said, for the
+    /// message of a failed client.
+    pub async fn stop_with_output(mut self) -> String {
+        let _ = self.child.start_kill();
+        self.finish().await.1
+    }
+
     /// Waits for the program to exit; returns whether it succeeded and all it printed.
     pub async fn finish(mut self) -> (bool, String) {
         let what = format!("{} exits", self.name);

@@ -299,25 +299,35 @@ async fn msg_rate_example_counts_every_message_of_both_kinds() {
 async fn http_client_example_times_requests_over_rdma_and_over_tcp() {
     // The short version of scripts/compare-wire's HTTP rows, on one device.
     for (transport, flags) in [("RDMA", &[][..]), ("TCP", &["--tcp"][..])] {
-        let (_server, addr) = http_server(flags).await;
+        let (server, addr) = http_server(flags).await;
         let url = format!("http://{addr}/timed");
-        let mut args = flags.to_vec();
-        args.push(&url);
-        let greeting = Tool::spawn(&example("http_client"), &args)
-            .expect_success(&[&format!("you asked for /timed over {transport}\n")])
-            .await;
-        assert_eq!(greeting.matches("HTTP/1.1 200 OK").count(), 3, "{greeting}");
+        let mut runs = vec![flags.to_vec()];
         for h2 in [false, true] {
             let mut timed = vec!["--requests", "25"];
             timed.extend_from_slice(flags);
             if h2 {
                 timed.push("--h2");
             }
-            timed.push(&url);
-            let out = Tool::spawn(&example("http_client"), &timed)
-                .expect_success(&[])
-                .await;
-            let line = report_line(&out, "requests 25 ");
+            runs.push(timed);
+        }
+        let mut outputs = Vec::new();
+        for mut args in runs {
+            args.push(&url);
+            let (ok, out) = Tool::spawn(&example("http_client"), &args).finish().await;
+            if !ok {
+                let server_out = server.stop_with_output().await;
+                panic!("http_client {args:?} failed:\n{out}\nhttp_server printed:\n{server_out}");
+            }
+            outputs.push(out);
+        }
+        let greeting = &outputs[0];
+        assert!(
+            greeting.contains(&format!("you asked for /timed over {transport}\n")),
+            "{greeting}"
+        );
+        assert_eq!(greeting.matches("HTTP/1.1 200 OK").count(), 3, "{greeting}");
+        for (out, h2) in outputs[1..].iter().zip([false, true]) {
+            let line = report_line(out, "requests 25 ");
             let micros: Vec<f64> = ["p50", "p90", "p99"]
                 .iter()
                 .map(|p| {
