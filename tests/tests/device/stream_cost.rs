@@ -176,42 +176,62 @@ async fn write_pieces_once(
     delta
 }
 
-/// 40 pieces of 50 bytes in one call: one message of 2000 bytes, as a `writev` on a TCP socket
-/// is one segment. Each piece its own message cost a work request, a peer's receive and a
-/// credit each, and on Soft-RoCE a packet and an ACK each way.
-#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_vectored_call_of_small_pieces_goes_as_one_message() {
-    let s = write_pieces_once(RStreamOptions::new(), 3, 50, 40).await;
+/// Writes `count` pieces of `piece` bytes with one vectored call (see `write_pieces_once`) and
+/// checks they went as one message, from the send ring or inline, with one `ibv_post_send`.
+async fn assert_one_message(
+    options: RStreamOptions,
+    seed: u64,
+    piece: usize,
+    count: usize,
+    inline: bool,
+) {
+    let s = write_pieces_once(options, seed, piece, count).await;
     println!("{s:?}");
     assert_eq!(
         (s.data_writes, s.inline_writes, s.post_send_calls),
-        (1, 0, 1),
-        "one chunk from the send ring, one post: {s:?}"
+        (1, u64::from(inline), 1),
+        "{count} pieces of {piece} bytes: one message (inline: {inline}), one post: {s:?}"
     );
+}
+
+/// 40 pieces of 50 bytes in one call: one message of 2000 bytes from the send ring, as a
+/// `writev` on a TCP socket is one segment. Each piece its own message cost a work request, a
+/// peer's receive and a credit each, and on Soft-RoCE a packet and an ACK each way.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vectored_call_of_small_pieces_goes_as_one_message() {
+    assert_one_message(RStreamOptions::new(), 3, 50, 40, false).await;
 }
 
 /// Three pieces of 10 bytes: 30 bytes, within the 64-byte inline limit, gathered into one
 /// inline message.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pieces_within_the_inline_limit_go_inline_as_one_message() {
-    let s = write_pieces_once(RStreamOptions::new(), 5, 10, 3).await;
-    println!("{s:?}");
-    assert_eq!(
-        (s.data_writes, s.inline_writes, s.post_send_calls),
-        (1, 1, 1),
-        "one inline chunk, one post: {s:?}"
-    );
+    assert_one_message(RStreamOptions::new(), 5, 10, 3, true).await;
 }
 
-/// Four pieces of 100 bytes with a 512-byte inline limit: one inline payload of 400 bytes,
-/// gathered from the pieces and larger than a chain's inline room (256 bytes), so posted alone.
+/// Four pieces of 100 bytes with a 512-byte inline limit (Soft-RoCE grants it): one inline
+/// payload of 400 bytes, gathered from the pieces and larger than a chain's inline room (256
+/// bytes), so posted alone.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_inline_chunk_larger_than_a_chains_room_is_posted_alone() {
-    let s = write_pieces_once(RStreamOptions::new().inline_size(512), 4, 100, 4).await;
-    println!("{s:?}");
-    assert_eq!(
-        (s.data_writes, s.inline_writes, s.post_send_calls),
-        (1, 1, 1),
-        "Soft-RoCE grants 512 inline bytes, so the 400 went inline, alone: {s:?}"
+    assert_one_message(RStreamOptions::new().inline_size(512), 4, 100, 4, true).await;
+}
+
+/// 40 messages posted in one call (0-byte DATA messages, through the test hook: write calls
+/// now make one message of small pieces): more than one chain holds (16 requests), so the
+/// chain posts as it fills.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_of_many_messages_posts_full_chains() {
+    let (_reader, writer) = stream_pair(RStreamOptions::new()).await;
+    let before = writer.stats();
+    let sent = writer.__send_empty_messages(40).unwrap();
+    let after = writer.stats();
+    assert_eq!(sent, 40, "a fresh stream has credits for 40 messages");
+    let writes = after.data_writes - before.data_writes;
+    let posts = after.post_send_calls - before.post_send_calls;
+    assert_eq!(writes, 40, "every message was posted: {after:?}");
+    assert!(
+        posts > 1 && posts < writes,
+        "40 messages went as several chains: {posts} posts"
     );
 }
