@@ -1,14 +1,21 @@
 //! A tonic gRPC server over RDMA: the greeter of proto/greeter.proto (unary, server-streaming
 //! and bidirectional calls), served from an `RListener`.
 //!
+//! ```text
+//! greeter_server [--tcp] [address:port]        # default 10.77.0.1:50051
+//! ```
+//!
 //!   scripts/softroce cargo run --example greeter_server -- 10.77.0.1:50051
 //!
-//! Pair it with `greeter_client`.
+//! Pair it with `greeter_client`. `--tcp` serves the same over kernel TCP instead (with
+//! `TCP_NODELAY`), so `greeter_client --tcp` can compare the two transports.
 
 use std::pin::Pin;
 
 use rdma_async::stream::RListener;
 use tokio_stream::{Stream, StreamExt};
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status, Streaming};
 
 mod greeter {
@@ -17,10 +24,15 @@ mod greeter {
 use greeter::greeter_server::{Greeter, GreeterServer};
 use greeter::{HelloReply, HelloRequest};
 
+const USAGE: &str = "usage: greeter_server [--tcp] [address:port]";
+
 type ReplyStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
 
-#[derive(Debug, Default)]
-struct Hello;
+/// The greeter service; `transport` ("RDMA" or "TCP") goes into its log lines.
+#[derive(Debug)]
+struct Hello {
+    transport: &'static str,
+}
 
 #[tonic::async_trait]
 impl Greeter for Hello {
@@ -31,7 +43,7 @@ impl Greeter for Hello {
         // `remote_addr` works over RDMA: RStream reports its peer as tonic's TcpConnectInfo.
         let peer = request.remote_addr();
         let name = request.into_inner().name;
-        println!("greeting {name} from {peer:?}");
+        println!("greeting {name} from {peer:?} over {}", self.transport);
         Ok(Response::new(HelloReply {
             message: format!("Hello {name}!"),
             ..Default::default()
@@ -77,13 +89,34 @@ impl Greeter for Hello {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "10.77.0.1:50051".into());
+    let mut tcp = false;
+    let mut addr = "10.77.0.1:50051".to_owned();
+    for arg in std::env::args().skip(1) {
+        match arg.as_str() {
+            "--tcp" => tcp = true,
+            flag if flag.starts_with('-') => {
+                eprintln!("greeter_server: unknown option {flag}\n{USAGE}");
+                std::process::exit(2);
+            }
+            _ => addr = arg,
+        }
+    }
+    let transport = if tcp { "TCP" } else { "RDMA" };
+    let service = GreeterServer::new(Hello { transport });
+    if tcp {
+        // Answers go out at once, as RStream's do (it has no Nagle).
+        let incoming = TcpIncoming::bind(addr.parse()?)?.with_nodelay(Some(true));
+        println!("greeter over TCP, listening on {}", incoming.local_addr()?);
+        Server::builder()
+            .add_service(service)
+            .serve_with_incoming(incoming)
+            .await?;
+        return Ok(());
+    }
     let listener = RListener::bind(addr.as_str()).await?;
     println!("greeter listening on {}", listener.local_addr()?);
-    tonic::transport::Server::builder()
-        .add_service(GreeterServer::new(Hello))
+    Server::builder()
+        .add_service(service)
         .serve_with_incoming(listener.into_incoming())
         .await?;
     Ok(())

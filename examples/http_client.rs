@@ -14,7 +14,7 @@
 //! requests 2000 p50 1234.5 us p90 1400.2 us p99 2100.0 us
 //! ```
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -22,6 +22,9 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use rdma_async::integration::hyper::RConnector;
+
+#[path = "common/timed_requests.rs"]
+mod timed_requests;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -47,15 +50,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
         match arg.as_str() {
             "--h2" => opts.h2 = true,
             "--tcp" => opts.tcp = true,
-            "--requests" => {
-                let n = args.next().ok_or("--requests needs a count")?;
-                let n = n
-                    .parse()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("--requests wants a positive count, not {n:?}"))?;
-                opts.requests = Some(n);
-            }
+            "--requests" => opts.requests = Some(timed_requests::parse_count(args.next())?),
             flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
             url => opts.url = url.parse().map_err(|e| format!("bad url {url:?}: {e}"))?,
         }
@@ -107,14 +102,7 @@ where
             return Err(format!("{} answered {status}", opts.url).into());
         }
     }
-    took.sort_unstable();
-    let at = |q: f64| micros(took[((took.len() - 1) as f64 * q).round() as usize]);
-    println!(
-        "requests {requests} p50 {:.1} us p90 {:.1} us p99 {:.1} us",
-        at(0.5),
-        at(0.9),
-        at(0.99)
-    );
+    println!("{}", timed_requests::report(&mut took));
     Ok(())
 }
 
@@ -130,10 +118,6 @@ where
     let (version, status) = (response.version(), response.status());
     let body = response.into_body().collect().await?.to_bytes();
     Ok((version, status, body))
-}
-
-fn micros(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
 }
 
 #[cfg(test)]

@@ -212,15 +212,27 @@ impl Tool {
 /// Starts `examples/http_server` with `args` (`--tcp` for TCP) on an ephemeral port of the test
 /// address; returns it and the address it listens on, which it prints.
 pub async fn http_server(args: &[&str]) -> (Tool, std::net::SocketAddr) {
+    listening_example("http_server", args).await
+}
+
+/// Starts `examples/greeter_server` as [`http_server`] starts `examples/http_server`.
+pub async fn greeter_server(args: &[&str]) -> (Tool, std::net::SocketAddr) {
+    listening_example("greeter_server", args).await
+}
+
+/// Starts the server example `name` with `args` and an ephemeral port of the test address, and
+/// waits for its "listening on [http://]ADDR" line.
+async fn listening_example(name: &str, args: &[&str]) -> (Tool, std::net::SocketAddr) {
     let bind = format!("{}:0", crate::test_ip());
     let mut all = args.to_vec();
     all.push(&bind);
-    let mut server = Tool::spawn(&example("http_server"), &all);
-    let line = server.wait_for("listening on http://").await;
+    let mut server = Tool::spawn(&example(name), &all);
+    let line = server.wait_for("listening on ").await;
     let addr = line
-        .rsplit("http://")
+        .rsplit("listening on ")
         .next()
-        .and_then(|a| a.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no address in {line:?}"));
+        .map(|a| a.trim().trim_start_matches("http://"))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or_else(|| panic!("no address in {name}'s {line:?}"));
     (server, addr)
 }

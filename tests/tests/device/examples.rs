@@ -5,7 +5,9 @@
 //! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
 
 use rdma_async_tests::test_ip;
-use rdma_async_tests::tools::{EXCHANGE_DONE, Tool, UDADDY_PORT, example, http_server};
+use rdma_async_tests::tools::{
+    EXCHANGE_DONE, Tool, UDADDY_PORT, example, greeter_server, http_server,
+};
 
 /// Runs a client whose server is another process that gives no sign of being ready: retried
 /// (boundedly) while it fails, as a user would rerun it.
@@ -327,21 +329,53 @@ async fn http_client_example_times_requests_over_rdma_and_over_tcp() {
         );
         assert_eq!(greeting.matches("HTTP/1.1 200 OK").count(), 3, "{greeting}");
         for (out, h2) in outputs[1..].iter().zip([false, true]) {
-            let line = report_line(out, "requests 25 ");
-            let micros: Vec<f64> = ["p50", "p90", "p99"]
-                .iter()
-                .map(|p| {
-                    let after = line.split(&format!("{p} ")).nth(1).unwrap_or("");
-                    let value = after.split_whitespace().next().unwrap_or("");
-                    value
-                        .parse()
-                        .unwrap_or_else(|_| panic!("no {p} in {line:?}"))
-                })
-                .collect();
-            assert!(
-                micros[0] > 0.0 && micros[0] <= micros[1] && micros[1] <= micros[2],
-                "{transport} h2={h2}: percentiles out of order: {line}"
-            );
+            assert_percentiles(out, 25, &format!("{transport} h2={h2}"));
         }
     }
+}
+
+#[rdma_async::test]
+async fn greeter_client_example_times_calls_over_rdma_and_over_tcp() {
+    // The short version of scripts/compare-wire's gRPC row, on one device.
+    for (transport, flags) in [("RDMA", &[][..]), ("TCP", &["--tcp"][..])] {
+        let (mut server, addr) = greeter_server(flags).await;
+        let uri = format!("http://{addr}");
+        let mut args = vec!["--requests", "25"];
+        args.extend_from_slice(flags);
+        args.push(&uri);
+        let (ok, out) = Tool::spawn(&example("greeter_client"), &args)
+            .finish()
+            .await;
+        if !ok {
+            let server_out = server.stop_with_output().await;
+            panic!("greeter_client {args:?} failed:\n{out}\ngreeter_server printed:\n{server_out}");
+        }
+        assert_percentiles(&out, 25, transport);
+        // The calls reached the service over the transport asked for.
+        let greeting = server.wait_for("greeting RDMA from Some(").await;
+        assert!(
+            greeting.ends_with(&format!(" over {transport}")),
+            "{greeting}"
+        );
+    }
+}
+
+/// Asserts that a timed client's `requests N p50 X us p90 Y us p99 Z us` line counts
+/// `requests` and has positive percentiles in order.
+fn assert_percentiles(out: &str, requests: usize, what: &str) {
+    let line = report_line(out, &format!("requests {requests} "));
+    let micros: Vec<f64> = ["p50", "p90", "p99"]
+        .iter()
+        .map(|p| {
+            let after = line.split(&format!("{p} ")).nth(1).unwrap_or("");
+            let value = after.split_whitespace().next().unwrap_or("");
+            value
+                .parse()
+                .unwrap_or_else(|_| panic!("no {p} in {line:?}"))
+        })
+        .collect();
+    assert!(
+        micros[0] > 0.0 && micros[0] <= micros[1] && micros[1] <= micros[2],
+        "{what}: percentiles out of order: {line}"
+    );
 }
