@@ -24,6 +24,8 @@ use tonic::transport::{Channel, Endpoint};
 
 #[path = "common/timed_requests.rs"]
 mod timed_requests;
+#[path = "common/transport_args.rs"]
+mod transport_args;
 
 mod greeter {
     tonic::include_proto!("greeter");
@@ -44,32 +46,21 @@ struct Options {
     uri: String,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut opts = Options {
-        tcp: false,
-        requests: None,
-        uri: "http://10.77.0.1:50051".into(),
-    };
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--tcp" => opts.tcp = true,
-            "--requests" => opts.requests = Some(timed_requests::parse_count(args.next())?),
-            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
-            _ => opts.uri = arg,
-        }
-    }
-    Ok(opts)
+fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let mut requests = None;
+    let parsed = transport_args::parse(args, "http://10.77.0.1:50051", |flag, rest| {
+        timed_requests::take_flag(flag, rest, &mut requests)
+    })?;
+    Ok(Options {
+        tcp: parsed.tcp,
+        requests,
+        uri: parsed.target,
+    })
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let opts = match parse(std::env::args().skip(1)) {
-        Ok(opts) => opts,
-        Err(msg) => {
-            eprintln!("greeter_client: {msg}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let opts = transport_args::or_exit("greeter_client", USAGE, parse(std::env::args().skip(1)));
     let endpoint = Endpoint::from_shared(opts.uri.clone())?;
     let channel = if opts.tcp {
         endpoint.connect().await?
@@ -122,36 +113,27 @@ fn hello(count: u32) -> HelloRequest {
 
 #[cfg(test)]
 mod tests {
+    use super::transport_args::words;
     use super::*;
 
-    fn args(list: &[&str]) -> impl Iterator<Item = String> {
-        list.iter()
-            .map(|s| (*s).to_owned())
-            .collect::<Vec<_>>()
-            .into_iter()
-    }
-
     #[test]
-    fn flags_and_uri_are_read_in_any_order() {
-        let opts =
-            parse(args(&["--requests", "9", "http://10.0.0.2:1", "--tcp"])).expect("valid options");
+    fn command_line_takes_tcp_a_count_and_the_uri() {
+        let opts = parse(words(&["--requests", "9", "http://10.0.0.2:1", "--tcp"]));
+        let opts = opts.expect("valid options");
         assert!(opts.tcp);
-        assert_eq!(opts.requests, Some(9));
-        assert_eq!(opts.uri, "http://10.0.0.2:1");
-    }
-
-    #[test]
-    fn defaults_run_the_demo_over_rdma() {
-        let opts = parse(args(&[])).expect("no options");
+        assert_eq!(
+            (opts.requests, opts.uri.as_str()),
+            (Some(9), "http://10.0.0.2:1")
+        );
+        // By default: the demo, over RDMA, to the guest's greeter.
+        let opts = parse(words(&[])).expect("no options");
         assert!(!opts.tcp);
-        assert_eq!(opts.requests, None);
-        assert_eq!(opts.uri, "http://10.77.0.1:50051");
-    }
-
-    #[test]
-    fn bad_counts_and_unknown_flags_are_refused() {
+        assert_eq!(
+            (opts.requests, opts.uri.as_str()),
+            (None, "http://10.77.0.1:50051")
+        );
         for bad in [&["--requests"][..], &["--requests", "0"], &["--h2"]] {
-            assert!(parse(args(bad)).is_err(), "{bad:?} was accepted");
+            assert!(parse(words(bad)).is_err(), "{bad:?} was accepted");
         }
     }
 }

@@ -24,6 +24,9 @@ mod greeter {
 use greeter::greeter_server::{Greeter, GreeterServer};
 use greeter::{HelloReply, HelloRequest};
 
+#[path = "common/transport_args.rs"]
+mod transport_args;
+
 const USAGE: &str = "usage: greeter_server [--tcp] [address:port]";
 
 type ReplyStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
@@ -89,18 +92,11 @@ impl Greeter for Hello {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut tcp = false;
-    let mut addr = "10.77.0.1:50051".to_owned();
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--tcp" => tcp = true,
-            flag if flag.starts_with('-') => {
-                eprintln!("greeter_server: unknown option {flag}\n{USAGE}");
-                std::process::exit(2);
-            }
-            _ => addr = arg,
-        }
-    }
+    let args = transport_args::parse(std::env::args().skip(1), "10.77.0.1:50051", |_, _| {
+        Ok(false)
+    });
+    let transport_args::TransportArgs { tcp, target: addr } =
+        transport_args::or_exit("greeter_server", USAGE, args);
     let transport = if tcp { "TCP" } else { "RDMA" };
     let service = GreeterServer::new(Hello { transport });
     if tcp {

@@ -25,6 +25,8 @@ use rdma_async::integration::hyper::RConnector;
 
 #[path = "common/timed_requests.rs"]
 mod timed_requests;
+#[path = "common/transport_args.rs"]
+mod transport_args;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -39,34 +41,27 @@ struct Options {
     url: hyper::Uri,
 }
 
-fn parse(mut args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut opts = Options {
-        h2: false,
-        tcp: false,
-        requests: None,
-        url: hyper::Uri::from_static("http://10.77.0.1:8080/"),
-    };
-    while let Some(arg) = args.next() {
-        match arg.as_str() {
-            "--h2" => opts.h2 = true,
-            "--tcp" => opts.tcp = true,
-            "--requests" => opts.requests = Some(timed_requests::parse_count(args.next())?),
-            flag if flag.starts_with('-') => return Err(format!("unknown option {flag}")),
-            url => opts.url = url.parse().map_err(|e| format!("bad url {url:?}: {e}"))?,
+fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
+    let (mut h2, mut requests) = (false, None);
+    let parsed = transport_args::parse(args, "http://10.77.0.1:8080/", |flag, rest| {
+        if flag == "--h2" {
+            h2 = true;
+            return Ok(true);
         }
-    }
-    Ok(opts)
+        timed_requests::take_flag(flag, rest, &mut requests)
+    })?;
+    let url = &parsed.target;
+    Ok(Options {
+        h2,
+        tcp: parsed.tcp,
+        requests,
+        url: url.parse().map_err(|e| format!("bad url {url:?}: {e}"))?,
+    })
 }
 
 #[rdma_async::main(flavor = "multi_thread")]
 async fn main() -> Result<(), BoxError> {
-    let opts = match parse(std::env::args().skip(1)) {
-        Ok(opts) => opts,
-        Err(msg) => {
-            eprintln!("http_client: {msg}\n{USAGE}");
-            std::process::exit(2);
-        }
-    };
+    let opts = transport_args::or_exit("http_client", USAGE, parse(std::env::args().skip(1)));
     let builder = Client::builder(TokioExecutor::new())
         .http2_only(opts.h2)
         .clone();
@@ -122,14 +117,8 @@ where
 
 #[cfg(test)]
 mod tests {
+    use super::transport_args::words as args;
     use super::*;
-
-    fn args(list: &[&str]) -> impl Iterator<Item = String> {
-        list.iter()
-            .map(|s| (*s).to_owned())
-            .collect::<Vec<_>>()
-            .into_iter()
-    }
 
     #[test]
     fn flags_and_url_are_read_in_any_order() {
@@ -161,6 +150,7 @@ mod tests {
             &["--requests", "0"],
             &["--requests", "x"],
             &["-v"],
+            &["http://[::1"],
         ] {
             assert!(parse(args(bad)).is_err(), "{bad:?} was accepted");
         }

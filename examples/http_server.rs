@@ -21,22 +21,16 @@ use rdma_async::stream::RListener;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
+#[path = "common/transport_args.rs"]
+mod transport_args;
+
 const USAGE: &str = "usage: http_server [--tcp] [address:port]";
 
 #[rdma_async::main(flavor = "multi_thread")]
 async fn main() -> std::io::Result<()> {
-    let mut tcp = false;
-    let mut addr = "10.77.0.1:8080".to_owned();
-    for arg in std::env::args().skip(1) {
-        match arg.as_str() {
-            "--tcp" => tcp = true,
-            flag if flag.starts_with('-') => {
-                eprintln!("http_server: unknown option {flag}\n{USAGE}");
-                std::process::exit(2);
-            }
-            _ => addr = arg,
-        }
-    }
+    let args = transport_args::parse(std::env::args().skip(1), "10.77.0.1:8080", |_, _| Ok(false));
+    let transport_args::TransportArgs { tcp, target: addr } =
+        transport_args::or_exit("http_server", USAGE, args);
     if tcp {
         let listener = TcpListener::bind(&addr).await?;
         println!("over TCP, listening on http://{}", listener.local_addr()?);
