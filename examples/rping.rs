@@ -198,7 +198,7 @@ pub async fn run_client(args: &Args) -> io::Result<()> {
     debug(args, || {
         format!("rdma_connect successful ({})", conn.device_name())
     });
-    let start_buf: SharedRegion = conn.reg_read(args.size)?;
+    let mut start_buf: SharedRegion = conn.reg_read(args.size)?;
     let rdma_buf: SharedRegion = conn.reg_write(args.size)?;
     let (mut msg, mut inbox) = (conn.reg_msgs(INFO_LEN)?, conn.reg_msgs(INFO_LEN)?);
     let mut start = b'A';

@@ -7,8 +7,9 @@
 //!   a view kept across an operation, a reference into peer-writable memory,
 //!   non-byte registrations, outside implementations of `RegisteredBytes`, an
 //!   operation outliving its connection).
-//! - `ui/test_hooks` (with the `test-hooks` feature, which names internal
-//!   types): posting on a queue pair of the wrong kind.
+//! - `ui_test_hooks`, the cases in `ui/test_hooks` (with the `test-hooks`
+//!   feature, which names internal types): posting on a queue pair of the
+//!   wrong kind.
 //! - The `#[rdma_async::test]` functions below are compiled as real tests,
 //!   which type-checks the expansion (trybuild builds its files without
 //!   `--test`, where test functions are stripped before type checking).
@@ -23,8 +24,13 @@ fn ui() {
     let cases = trybuild::TestCases::new();
     cases.compile_fail("tests/ui/fail_*.rs");
     cases.pass("tests/ui/pass_*.rs");
-    #[cfg(feature = "test-hooks")]
-    cases.compile_fail("tests/ui/test_hooks/fail_*.rs");
+}
+
+/// The cases that name internal types (`scripts/test` runs this with `--features test-hooks`).
+#[cfg(feature = "test-hooks")]
+#[test]
+fn ui_test_hooks() {
+    trybuild::TestCases::new().compile_fail("tests/ui/test_hooks/fail_*.rs");
 }
 
 #[rdma_async::test]

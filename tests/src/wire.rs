@@ -259,11 +259,11 @@ where
     panic!("node 2's server never accepted: {last:?}");
 }
 
-/// A netem qdisc on node 1's and node 2's NICs (each impairs what its node sends), removed on
-/// drop.
+/// A netem qdisc on node 2's NIC and, unless only the peer's packets are to suffer, node 1's
+/// (each impairs what its node sends), removed on drop.
 #[derive(Debug)]
 pub struct Netem {
-    local_if: String,
+    local_if: Option<String>,
     peer_if: String,
 }
 
@@ -271,10 +271,8 @@ impl Netem {
     /// `tc qdisc add dev IF root netem SPEC...` on both nodes.
     pub async fn both(spec: &str) -> Netem {
         let local_if = std::env::var("RDMA_ASYNC_TEST_IF").expect("RDMA_ASYNC_TEST_IF");
-        let peer_if = std::env::var("RDMA_ASYNC_PEER_IF").expect("RDMA_ASYNC_PEER_IF");
-        let netem = Netem { local_if, peer_if };
         let spec: Vec<&str> = spec.split_whitespace().collect();
-        let mut local = vec!["qdisc", "replace", "dev", &netem.local_if, "root", "netem"];
+        let mut local = vec!["qdisc", "replace", "dev", &local_if, "root", "netem"];
         local.extend(&spec);
         let out = tokio::process::Command::new("tc")
             .args(&local)
@@ -282,26 +280,31 @@ impl Netem {
             .await
             .expect("run tc");
         assert!(out.status.success(), "tc {local:?}: {}", text(&out));
-        let mut peer = vec![
-            "tc",
-            "qdisc",
-            "replace",
-            "dev",
-            &netem.peer_if,
-            "root",
-            "netem",
-        ];
-        peer.extend(&spec);
-        on_peer_ok(&peer).await;
+        let mut netem = Self::peer_only(&spec.join(" ")).await;
+        netem.local_if = Some(local_if);
         netem
+    }
+
+    /// `tc qdisc add dev IF root netem SPEC...` on node 2 only: what node 2 sends suffers.
+    pub async fn peer_only(spec: &str) -> Netem {
+        let peer_if = std::env::var("RDMA_ASYNC_PEER_IF").expect("RDMA_ASYNC_PEER_IF");
+        let mut peer = vec!["tc", "qdisc", "replace", "dev", &peer_if, "root", "netem"];
+        peer.extend(spec.split_whitespace());
+        on_peer_ok(&peer).await;
+        Netem {
+            local_if: None,
+            peer_if,
+        }
     }
 }
 
 impl Drop for Netem {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("tc")
-            .args(["qdisc", "del", "dev", &self.local_if, "root"])
-            .output();
+        if let Some(local_if) = &self.local_if {
+            let _ = std::process::Command::new("tc")
+                .args(["qdisc", "del", "dev", local_if, "root"])
+                .output();
+        }
         let _ = std::process::Command::new(on_peer_script())
             .args(["tc", "qdisc", "del", "dev", &self.peer_if, "root"])
             .output();

@@ -128,6 +128,55 @@ async fn connection_lifecycle_is_traced_in_spans() {
         .wait_for_line(&["DEBUG", &server_span, "connection released"])
         .await;
     acceptor.abort();
+
+    // A flood of bad requests does not flood the logs: what a peer causes is a warning only
+    // within a budget (10 each 10 s), the rest goes to debug (before, every one was a warning).
+    let peer_caused = [
+        "rsocket handshake failed",
+        "could not set up an incoming connection",
+    ];
+    let count = |level: Option<&str>| {
+        capture
+            .lines()
+            .iter()
+            .filter(|l| peer_caused.iter().any(|m| l.contains(m)))
+            .filter(|l| level.is_none_or(|level| l.contains(level)))
+            .count()
+    };
+    let before = count(None);
+    let acceptor = tokio::spawn({
+        let listener = listener.clone();
+        async move { listener.accept().await.map(|_| ()) }
+    });
+    const FLOOD: usize = 30;
+    for _ in 0..FLOOD {
+        let rejected = guard(
+            "a rejected request",
+            Endpoint::connect(server_addr, &EndpointOptions::new()),
+        )
+        .await;
+        assert!(rejected.is_err(), "a non-rsockets peer was accepted");
+    }
+    // Each rejected request is logged (as a failed handshake, and as a rejection with a
+    // reason where the server set up anything); wait until the listener collected every one.
+    let logged = guard("every rejected request logged", async {
+        loop {
+            let logged = count(None) - before;
+            if logged >= FLOOD {
+                return logged;
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    let warned = count(Some("WARN"));
+    eprintln!("{FLOOD} rejected requests: {logged} lines, {warned} warnings in all");
+    assert!(
+        warned < count(None),
+        "every one of {} peer-caused lines was a warning",
+        count(None)
+    );
+    acceptor.abort();
     // Shown with --nocapture: what a user's subscriber prints.
     println!("{}", capture.lines().join("\n"));
 }

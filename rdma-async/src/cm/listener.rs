@@ -8,10 +8,11 @@ use rdma_async_sys::rdma_cm_event_type as ev;
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
-use super::accept_failure::AcceptFailure;
+use super::accept_failure::{AcceptFailure, caused_by_peer};
 use super::events::CmEvents;
 use super::handshake;
 use super::id_options::IdOptions;
+use super::peer_warnings::peer_warning;
 use super::request::ConnectRequest;
 use super::resolve::each_addr;
 use crate::device::DeviceChoice;
@@ -195,7 +196,11 @@ impl CmListener {
                     };
                     return self.take_request(incoming, event).map_err(|e| {
                         // Dropping the id on the way out rejected the request.
-                        tracing::warn!(error = %e, "connection request failed: rejected");
+                        if caused_by_peer(&e) {
+                            peer_warning!(error = %e, "connection request failed: rejected");
+                        } else {
+                            tracing::warn!(error = %e, "connection request failed: rejected");
+                        }
                         AcceptFailure::Request(e)
                     });
                 }

@@ -26,6 +26,7 @@ pub(crate) mod listener;
 mod params;
 #[cfg(feature = "test-hooks")]
 mod parked;
+pub(crate) mod peer_warnings;
 mod reject_reason;
 mod request;
 pub(crate) mod resolve;

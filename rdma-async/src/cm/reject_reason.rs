@@ -21,7 +21,9 @@
 
 use std::io;
 
+use super::accept_failure::caused_by_peer;
 use super::params::MAX_REJECT_PRIVATE_DATA;
+use super::peer_warnings::peer_warning;
 use super::request::ConnectRequest;
 use crate::verbs::ResourceError;
 
@@ -95,7 +97,11 @@ pub(crate) fn decode(data: &[u8]) -> Option<(RejectCause, String)> {
 /// it (the server's operator needs to know as much as the client).
 pub(crate) fn reject_with_reason(request: ConnectRequest, err: &io::Error) {
     let peer = request.peer_addr();
-    tracing::warn!(%peer, error = %err, "could not set up an incoming connection; rejecting it with the reason");
+    if caused_by_peer(err) {
+        peer_warning!(%peer, error = %err, "could not set up an incoming connection; rejecting it with the reason");
+    } else {
+        tracing::warn!(%peer, error = %err, "could not set up an incoming connection; rejecting it with the reason");
+    }
     if let Err(e) = request.reject(&encode(err)) {
         tracing::debug!(%peer, error = %e, "rdma_reject failed");
     }

@@ -42,6 +42,16 @@ type RecvSlots = Slots<Bytes, u64>;
 /// Messages keep their boundaries: each `send` arrives as one `recv`. It interoperates with any
 /// librdmacm program that exchanges send/receive messages over `RDMA_PS_TCP` (such as
 /// `ucmatose`). Dropping the endpoint disconnects.
+///
+/// # What `Ok` from `send` promises
+///
+/// That the message was handed to the device, as a socket write's `Ok` does: not that it
+/// arrived. Messages still in flight when the endpoint is dropped (or its process ends) may be
+/// lost, and the peer's `recv` then ends with an error, not with silence. To close without
+/// losing any, call [`Self::disconnect`], which waits until every posted send completed (the
+/// peer's device has acknowledged it) before disconnecting; to know the peer's application
+/// has a message, have it answer. ([`crate::rdma::RdmaConnection`]'s operations return only
+/// once their completion arrived: their `Ok` is the acknowledgement.)
 #[derive(Debug)]
 pub struct Endpoint {
     // Drop order matters: disconnect, then destroy the queue pair, then free its buffers and CQs.

@@ -634,10 +634,23 @@ impl Connection {
 
     /// The CM reported `RDMA_CM_EVENT_DISCONNECTED`. The driver handles every completion
     /// already queued first, so every byte the peer sent before it disconnected is readable.
-    /// Reads then see end-of-stream, whether or not the peer shut down first: a C rsockets
-    /// reader does the same, and so does a TCP reader whose peer exited without closing.
+    ///
+    /// A peer that closed in order sent DISCONNECT (or SHUTDOWN) after its last byte, and RC
+    /// delivers in order, so by now reads see end-of-stream after that byte. A peer that did
+    /// not (its process died, or it tore the queue pair down with sends in flight) may have
+    /// written bytes that never arrived: reads then return what did arrive and fail with a
+    /// reset instead of a clean end-of-stream, which would hide the loss.
     pub(crate) fn handle_disconnected(&mut self) {
-        self.enter_disconnected();
+        if self.state.connected && self.state.readable {
+            self.fail(ProtoError::new(
+                ProtoErrorKind::Reset,
+                "the peer disconnected without closing the stream (no rsockets DISCONNECT or \
+                 SHUTDOWN came first), so bytes it wrote may be missing",
+            ));
+            self.state.disconnected = true;
+        } else {
+            self.enter_disconnected();
+        }
     }
 
     /// The driver hit a fatal local error (e.g. `ibv_post_send` failed): enter the error

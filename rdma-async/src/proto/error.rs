@@ -17,6 +17,9 @@ pub(crate) enum ProtoErrorKind {
     PeerViolation,
     /// A send work request completed with an error status (C rsockets: `rs_error`, `EIO`).
     SendFailed,
+    /// The peer disconnected without closing the stream first (no DISCONNECT or SHUTDOWN
+    /// message before the CM's disconnect): bytes it wrote may be missing.
+    Reset,
     /// The driver called the core out of order (a driver bug, not the peer's fault).
     Usage,
 }
@@ -53,7 +56,6 @@ impl ProtoError {
     }
 
     /// The kind of failure.
-    #[cfg(any(test, feature = "fuzzing"))]
     pub(crate) fn kind(&self) -> ProtoErrorKind {
         self.kind
     }
@@ -71,7 +73,7 @@ impl ProtoError {
                 io::ErrorKind::InvalidData
             }
             // C reports EIO; a transport failure usually means the peer is gone.
-            ProtoErrorKind::SendFailed => io::ErrorKind::ConnectionReset,
+            ProtoErrorKind::SendFailed | ProtoErrorKind::Reset => io::ErrorKind::ConnectionReset,
             ProtoErrorKind::Usage => io::ErrorKind::Other,
         }
     }
@@ -83,6 +85,7 @@ impl fmt::Display for ProtoError {
             ProtoErrorKind::InvalidConnData => "invalid rsocket connection data",
             ProtoErrorKind::PeerViolation => "rsocket protocol violation by the peer",
             ProtoErrorKind::SendFailed => "rsocket send failed",
+            ProtoErrorKind::Reset => "connection reset",
             ProtoErrorKind::Usage => "rsocket protocol core misused",
         };
         write!(f, "{what}: {}", self.message)

@@ -12,6 +12,7 @@ use tokio::net::ToSocketAddrs;
 
 use super::completion_task::{ConnParts, ConnShared, lost_buffer, run_completion_task};
 use super::options::RdmaOptions;
+use super::received::Received;
 use super::region::sealed::Carried;
 use super::region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, foreign_region};
 use super::remote::RemoteSlice;
@@ -25,46 +26,6 @@ use crate::verbs::{
     CallerMemoryQueuePair, CmId, Held, IdDevice, InFlightTable, Opcode, Posted, QpCaps, Segment,
     WcStatus, WindowBinding, WindowOp, WorkCompletion, WorkQueue,
 };
-
-/// What a receive delivered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Received {
-    len: usize,
-    imm: Option<u32>,
-    qp_num: u32,
-}
-
-impl Received {
-    /// Bytes written into the buffer from the start of the range (for an RDMA write with
-    /// immediate that consumed this receive: the length of the write, nothing in the buffer).
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether no bytes arrived.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The immediate data of a send or RDMA write with immediate.
-    pub fn imm(&self) -> Option<u32> {
-        self.imm
-    }
-
-    /// The local queue pair that received it ([`RdmaConnection::qp_num`]): which connection a
-    /// message on a [`super::SharedReceiveQueue`] came from.
-    pub fn qp_num(&self) -> u32 {
-        self.qp_num
-    }
-
-    pub(super) fn from_completion(wc: &WorkCompletion) -> Self {
-        Received {
-            len: wc.byte_len as usize,
-            imm: wc.imm_data,
-            qp_num: wc.qp_num,
-        }
-    }
-}
 
 /// A connected RDMA queue pair (reliable connected, `RDMA_PS_TCP`) for verbs-level operations on
 /// registered memory: sends and receives (with immediate data), one-sided RDMA reads and writes
@@ -107,6 +68,11 @@ impl Received {
 /// only its result and the buffer are lost to the caller. A dropped **receive** stays posted: the
 /// next message the peer sends may land in it and is then dropped with the buffer — it is never
 /// written to freed memory, but it is lost to the application.
+///
+/// An operation's `Ok` means its completion arrived: for a send or an RDMA write, the peer's
+/// device acknowledged the data (it is in the peer's memory); for a read or an atomic, the
+/// result is in your region. An operation whose future was dropped, or that was still in
+/// flight when the connection was dropped, promises nothing.
 ///
 /// Dropping the connection disconnects, moves the queue pair to the error state so every
 /// outstanding work request completes as flushed, and frees the buffers once those completions

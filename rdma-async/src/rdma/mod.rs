@@ -51,14 +51,16 @@ mod connection;
 mod lone_yield;
 mod options;
 mod reaping;
+mod received;
 mod region;
 mod remote;
 mod srq;
 mod window;
 
+pub use connection::RdmaConnection;
 pub(crate) use connection::span;
-pub use connection::{RdmaConnection, Received};
 pub use options::RdmaOptions;
+pub use received::{Received, ReceivedOp};
 pub use region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion};
 pub(crate) use region::{adopt, allocate, bytes_mut_to_vec, check_len, foreign_region, sealed};
 pub use remote::{RemoteRegion, RemoteSlice};

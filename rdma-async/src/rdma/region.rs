@@ -289,10 +289,13 @@ impl SharedRegion {
 
     /// Copies `src` into the region at `offset`.
     ///
+    /// It takes `&mut self`: two threads copying into the same bytes at once would be a data
+    /// race. Readers ([`Self::read_at`]) may share the region; a writer has it to itself.
+    ///
     /// # Errors
     ///
     /// `InvalidInput` when the range is outside the region.
-    pub fn write_at(&self, offset: usize, src: &[u8]) -> io::Result<()> {
+    pub fn write_at(&mut self, offset: usize, src: &[u8]) -> io::Result<()> {
         self.buffer.0.registered().write_at(offset, src)
     }
 

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::completion_task::{Ring, lost_buffer, post_and_wait};
-use super::connection::{Received, span};
+use super::connection::span;
+use super::received::Received;
 use super::region::sealed::Carried;
 use super::region::{LocalRegion, RegisteredBytes, foreign_region};
 use crate::device::DeviceContext;

@@ -13,6 +13,12 @@ use crate::cm::link::CmLink;
 use crate::error::StickyError;
 use crate::verbs::{CompletionBatch, WorkCompletion};
 
+/// Completions polled at once.
+const REAP_BATCH: usize = 16;
+/// Completions one [`SlotQueue::reap_queued`] call hands over at most (as many as a stream's
+/// `try_read` handles).
+pub(crate) const REAP_LIMIT: usize = 8 * REAP_BATCH;
+
 /// The slots of a [`SlotQueue`], behind its lock.
 #[derive(Debug)]
 pub(crate) struct Slots<R, H> {
@@ -98,22 +104,27 @@ impl<R, H> SlotQueue<R, H> {
         &self.error
     }
 
-    /// Hands every completion already queued to `reap`; returns how many there were.
+    /// Hands completions already queued to `reap`, at most [`REAP_LIMIT`]; returns how many
+    /// there were. The bound matters for receives: each reaped receive is posted again, so a
+    /// peer that sends without pause would keep the queue full, and an unbounded loop would
+    /// hold the task (and, on a `current_thread` runtime, every other task) and grow `ready`
+    /// without end. What is left stays queued for the next call.
     pub(crate) fn reap_queued(
         &self,
         slots: &mut Slots<R, H>,
         reap: &mut impl Reap<R, H>,
     ) -> io::Result<usize> {
-        let mut batch = CompletionBatch::<16>::new();
+        let mut batch = CompletionBatch::<REAP_BATCH>::new();
         let mut total = 0;
-        loop {
+        while total < REAP_LIMIT {
             let wcs = self.cq.try_poll_batch(&mut batch)?;
             if wcs.is_empty() {
-                return Ok(total);
+                break;
             }
             total += wcs.len();
             wcs.iter().for_each(|wc| reap(slots, wc));
         }
+        Ok(total)
     }
 
     /// Waits for completions, which go to `reap`, or for `link` to close (`Ok` too: callers
@@ -126,7 +137,7 @@ impl<R, H> SlotQueue<R, H> {
         link: Option<&CmLink>,
         reap: &mut impl Reap<R, H>,
     ) -> io::Result<()> {
-        let mut batch = CompletionBatch::<16>::new();
+        let mut batch = CompletionBatch::<REAP_BATCH>::new();
         match self.waiter.wait(&self.cq, link, &mut batch).await {
             Woken::Completions(n) => {
                 n?;

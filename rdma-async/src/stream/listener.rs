@@ -18,6 +18,7 @@ use super::rstream::RStream;
 use crate::cm::CmListener;
 use crate::cm::accept_failure::{AcceptFailure, caused_by_peer, request_failed};
 use crate::cm::listener::DEFAULT_BACKLOG;
+use crate::cm::peer_warnings::peer_warning;
 
 /// How many handshakes may be in progress at once; further requests wait in rdma_cm's backlog.
 const MAX_HANDSHAKES: usize = 64;
@@ -155,7 +156,7 @@ impl RListener {
                 Some(done) = handshakes.join_next(), if !handshakes.is_empty() => match done {
                     Ok(Ok(accepted)) => return Ok(accepted),
                     Ok(Err((e, peer))) if caused_by_peer(&e) => {
-                        tracing::warn!(parent: self.cm.span(), %peer, error = %e, "rsocket handshake failed");
+                        peer_warning!(parent: self.cm.span(), %peer, error = %e, "rsocket handshake failed");
                     }
                     Ok(Err((e, peer))) => {
                         tracing::warn!(parent: self.cm.span(), %peer, error = %e, "could not set up a connection: rejected");

@@ -114,6 +114,7 @@
 mod gather;
 mod lending_ring;
 mod lent_bytes;
+mod linger;
 mod listener;
 mod options;
 mod region_write;

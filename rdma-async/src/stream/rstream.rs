@@ -12,6 +12,7 @@ use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
 use super::lent_bytes::LentBytes;
+use super::linger;
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
@@ -19,10 +20,6 @@ use super::stream_core::{self, Side, StreamCore};
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::{ConnParams, ConnectRequest};
-
-/// How long a dropped stream keeps its resources so that data written before the drop still
-/// reaches the peer (rsockets' `rclose` waits without a bound; we do not hang a task for ever).
-const LINGER: Duration = Duration::from_secs(10);
 
 /// Posts a keepalive every `interval` while the stream lives (the task holds only a weak
 /// reference, so it ends with the stream).
@@ -64,7 +61,25 @@ fn rsocket_params() -> ConnParams {
 /// `librspreload`). Writes are posted at once (there is no Nagle-like delay);
 /// shutting down ([`AsyncWrite::poll_shutdown`], `AsyncWriteExt::shutdown`) sends rsockets' SHUTDOWN,
 /// so the peer reads EOF and may still write back; dropping the stream sends DISCONNECT after
-/// the data written before it (for up to 10 s) and tears the connection down.
+/// the data written before it and tears the connection down once the peer has it.
+///
+/// # Closing: what `Ok` from a write promises
+///
+/// Bytes that `write` or `write_all` accepted either reach the peer, or the peer's read fails:
+/// a reader never sees a clean end of stream with bytes missing.
+///
+/// - Dropping the stream (its last handle) keeps the queue pair and rings until every accepted
+///   byte and the DISCONNECT after them are acknowledged, for up to 10 s. A task on the
+///   runtime waits for that. Where no task can (the stream is dropped outside any runtime, or
+///   the runtime shuts down first, as when a `#[tokio::main]` returns right after writing), the
+///   thread that drops the stream or the runtime waits instead, polling the completion queue
+///   (rsockets' `rclose` blocks the same way).
+/// - A reader sees end of stream only after the peer's rsockets SHUTDOWN or DISCONNECT, which
+///   the peer sends after its last byte. A peer that disconnects without one (its process was
+///   killed, or exited without dropping its streams, or its close ran out of time) may have
+///   written bytes that never arrived: the reader gets the bytes that did arrive, then
+///   `ConnectionReset`. C rsockets closes the same way (`rclose` sends DISCONNECT), so a C
+///   peer's orderly close reads as end of stream too.
 ///
 /// Errors follow `TcpStream`: a read after the peer closed returns EOF (`Ok(0)`), a write then
 /// fails with `BrokenPipe`, a dead peer ends both with an error (`TimedOut` or
@@ -133,22 +148,7 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        if self.core.begin_close()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            // Keep the rings registered until the peer has what was written before the drop.
-            let core = self.core.clone();
-            let span = core.link().span().clone();
-            let linger = async move {
-                match tokio::time::timeout(LINGER, core.linger()).await {
-                    Ok(()) => tracing::debug!("closed after lingering"),
-                    Err(_) => {
-                        tracing::debug!(?LINGER, "closed: the peer did not take all data in time")
-                    }
-                }
-            };
-            runtime.spawn(linger.instrument(span));
-        }
+        linger::close(&self.core);
     }
 }
 

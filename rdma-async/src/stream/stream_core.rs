@@ -330,10 +330,13 @@ impl StreamCore {
         }
     }
 
-    /// Handles every completion in the queue, however many: only for the end of a
-    /// connection, when nothing more arrives and the order of events must be settled.
+    /// Handles the completions in the queue, as many as it can hold: for the end of a
+    /// connection, when the order of events must be settled. Once the queue pair is in the
+    /// error state that is all of them; while it is not (a wait failed for another reason), a
+    /// peer could keep the queue full for ever, so the bound keeps this from looping for ever.
     fn drain(&self, state: &mut CoreState) -> io::Result<()> {
         let mut batch = CompletionBatch::<BATCH>::new();
+        let mut left = self.cq.queue().capacity();
         loop {
             let wcs = self.cq.try_poll_batch(&mut batch)?;
             if wcs.is_empty() {
@@ -341,6 +344,10 @@ impl StreamCore {
                 return Ok(());
             }
             self.handle(state, wcs, None)?;
+            left = left.saturating_sub(wcs.len());
+            if left == 0 {
+                return Ok(());
+            }
         }
     }
 
@@ -798,6 +805,10 @@ impl StreamCore {
             return e;
         }
         match proto {
+            Some(e) if e.kind() == ProtoErrorKind::Reset => io::Error::new(
+                e.io_kind(),
+                format!("connection with {} reset: {e}", self.link.peer_addr()),
+            ),
             Some(e) => e.into(),
             None => io::Error::new(
                 io::ErrorKind::BrokenPipe,
@@ -1441,9 +1452,44 @@ impl StreamCore {
         state.conn.close();
         let _ = self.pump_some(&mut state);
         let _ = self.post_controls(&mut state);
-        !(state.conn.all_sends_done()
-            || state.conn.is_disconnected()
-            || state.conn.error().is_some())
+        !Self::close_settled(&state)
+    }
+
+    /// Whether closing has nothing left to wait for: every send queued before the close
+    /// completed, or the connection is already down.
+    fn close_settled(state: &CoreState) -> bool {
+        state.conn.all_sends_done() || state.conn.is_disconnected() || state.conn.error().is_some()
+    }
+
+    /// [`Self::linger`] without a runtime: polls the completion queue from this thread,
+    /// sleeping a little between looks, until the sends queued before close completed or
+    /// `deadline` passed (as rsockets' `rclose` blocks). Returns whether they completed.
+    pub(super) fn linger_blocking(&self, deadline: std::time::Instant) -> bool {
+        const FIRST_NAP: std::time::Duration = std::time::Duration::from_micros(50);
+        const LONGEST_NAP: std::time::Duration = std::time::Duration::from_millis(1);
+        let mut nap = FIRST_NAP;
+        loop {
+            {
+                let mut state = self.lock();
+                let handled = state.stats.send_completions + state.stats.recv_completions;
+                if self.pump_some(&mut state).is_err() {
+                    return false;
+                }
+                let _ = self.post_controls(&mut state);
+                if Self::close_settled(&state) {
+                    return state.conn.all_sends_done();
+                }
+                if state.stats.send_completions + state.stats.recv_completions != handled {
+                    nap = FIRST_NAP;
+                }
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return false;
+            }
+            std::thread::sleep(nap.min(deadline - now));
+            nap = (nap * 2).min(LONGEST_NAP);
+        }
     }
 
     /// Waits (boundedly, by the caller) until the sends queued before close completed.
@@ -1457,10 +1503,7 @@ impl StreamCore {
                     Poll::Pending => return Poll::Pending,
                 }
                 let _ = self.post_controls(&mut state);
-                if state.conn.all_sends_done()
-                    || state.conn.is_disconnected()
-                    || state.conn.error().is_some()
-                {
+                if Self::close_settled(&state) {
                     return Poll::Ready(());
                 }
                 match self.wait(&mut state, Side::Write, cx, Waiter::Poll) {

@@ -132,6 +132,14 @@ impl CompletionQueue {
         self.raw.as_ptr()
     }
 
+    /// How many completions the queue holds at most (what the provider granted).
+    pub(crate) fn capacity(&self) -> usize {
+        // SAFETY: the queue is live for `self`'s lifetime, and `cqe` is set at creation (only
+        // `ibv_resize_cq`, which this crate never calls, changes it).
+        let cqe = unsafe { (*self.raw.as_ptr()).cqe };
+        usize::try_from(cqe).unwrap_or(0)
+    }
+
     pub(crate) fn channel(&self) -> &Arc<CompletionChannel> {
         &self.channel
     }

@@ -664,8 +664,33 @@ impl RegisteredBuffer {
             .then(|| unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) })
     }
 
-    /// A view of `len` bytes at `offset`, only for memory that no peer can reach (`None` for
-    /// other memory or a range outside the buffer).
+    /// Whether the bytes at `offset..offset + len` may be viewed: no peer can reach them and
+    /// the CPU may read and write them.
+    fn locally_viewable(&self, offset: usize, len: usize) -> bool {
+        !self.access.is_remote()
+            && !self.ranges.remotely_writable(offset, len)
+            && self.cpu_access() == CpuAccess::ReadWrite
+    }
+
+    /// A shared view of `len` bytes at `offset`, only for memory that no peer can reach
+    /// (`None` for other memory or a range outside the buffer).
+    ///
+    /// # Safety
+    ///
+    /// No work request may be outstanding on the range while the view lives, and no mutable
+    /// view of it may exist (the caller owns the range, as a pool's slice does).
+    pub(crate) unsafe fn local_range(&self, offset: usize, len: usize) -> Option<&[u8]> {
+        if !self.locally_viewable(offset, len) {
+            return None;
+        }
+        let ptr = self.range_ptr(offset, len).ok()?;
+        // SAFETY: the range is checked to lie in the live allocation; the caller guarantees the
+        // device does not write it and nothing mutates it while the view lives.
+        Some(unsafe { std::slice::from_raw_parts(ptr, len) })
+    }
+
+    /// A mutable view of `len` bytes at `offset`, only for memory that no peer can reach
+    /// (`None` for other memory or a range outside the buffer).
     ///
     /// # Safety
     ///
@@ -673,10 +698,7 @@ impl RegisteredBuffer {
     /// of it may exist (the caller owns the range, as a pool's slice does).
     #[allow(clippy::mut_from_ref, reason = "the caller owns the range exclusively")]
     pub(crate) unsafe fn local_range_mut(&self, offset: usize, len: usize) -> Option<&mut [u8]> {
-        if self.access.is_remote()
-            || self.ranges.remotely_writable(offset, len)
-            || self.cpu_access() != CpuAccess::ReadWrite
-        {
+        if !self.locally_viewable(offset, len) {
             return None;
         }
         let ptr = self.range_ptr(offset, len).ok()?;

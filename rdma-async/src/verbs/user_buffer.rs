@@ -120,8 +120,8 @@ impl UserBuffer {
             // `WindowBinding`, which gives no view, until the window is invalidated or freed).
             Memory::Whole(buffer) => unsafe { buffer.local_slice() },
             // SAFETY: as above; the pool hands each slice out once, so this buffer is the only
-            // owner of its range, and `&self` makes the view shared only with other `&` views.
-            Memory::Slice(s) => unsafe { s.slab.local_range_mut(s.offset, s.len) }.map(|v| &*v),
+            // owner of its range, and `&self` rules out the one mutable view (`as_mut_slice`).
+            Memory::Slice(s) => unsafe { s.slab.local_range(s.offset, s.len) },
         }
     }
 

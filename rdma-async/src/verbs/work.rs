@@ -68,6 +68,13 @@ impl WorkCompletion {
         opcode: 0,
     };
 
+    /// Whether a receive was consumed by an RDMA write with immediate
+    /// (`IBV_WC_RECV_RDMA_WITH_IMM`): the data went to the memory the peer wrote, not into
+    /// the receive's buffer, and `byte_len` is the write's length.
+    pub(crate) fn is_rdma_write_with_imm(&self) -> bool {
+        self.opcode == sys::ibv_wc_opcode::IBV_WC_RECV_RDMA_WITH_IMM
+    }
+
     pub(super) fn from_sys(wc: &sys::ibv_wc) -> Self {
         WorkCompletion {
             wr_id: wc.wr_id,

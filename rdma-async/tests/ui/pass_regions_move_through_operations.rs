@@ -12,7 +12,7 @@ async fn round_trip(conn: &RdmaConnection, remote: RemoteSlice) -> std::io::Resu
     Ok(buf)
 }
 
-async fn shared_copies(conn: &RdmaConnection, shared: SharedRegion) -> Vec<u8> {
+async fn shared_copies(conn: &RdmaConnection, mut shared: SharedRegion) -> Vec<u8> {
     shared.write_at(0, b"abc").unwrap();
     let (_, shared) = conn.send(shared, ..3).await;
     shared.to_vec()

@@ -15,6 +15,15 @@
 //!                                 that echo once and stay open, then PARKED connection
 //!                                 requests that never complete their handshake; prints `ready`
 //!                                 and holds them all until killed
+//! wire-peer write-close ADDR BYTES SEED HOW
+//!                                 connects to the RStream listener at ADDR, writes BYTES of
+//!                                 `pattern(SEED)` with `write_all`, prints `written`, and then
+//!                                 goes away as HOW says: `return-multi` / `return-current`
+//!                                 (returns from a `#[tokio::main]`-like main of that flavor,
+//!                                 dropping the stream and then the runtime), `no-runtime`
+//!                                 (drops the runtime, then the stream outside any), `exit`
+//!                                 (`process::exit` with the stream open), `kill` (sends
+//!                                 itself SIGKILL)
 //! wire-peer soak PORT BYTES SEED PEER_SEED
 //!                                 the far end of the stream soak (rdma_async_tests::soak): one
 //!                                 connection, BYTES each way; prints what it sent and received,
@@ -32,7 +41,7 @@ use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
 use rdma_async_tests::soak::{rss_kib, soak_stream};
-use rdma_async_tests::wire::Fnv;
+use rdma_async_tests::wire::{Fnv, pattern};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn local_ip() -> IpAddr {
@@ -49,8 +58,18 @@ fn arg(args: &[String], i: usize) -> &str {
     })
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> io::Result<()> {
+fn runtime(multi_thread: bool) -> tokio::runtime::Runtime {
+    let mut builder = if multi_thread {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(2);
+        builder
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    builder.enable_all().build().expect("a Tokio runtime")
+}
+
+fn main() -> io::Result<()> {
     // Warnings (a failed send, a protocol violation) go into the job's log, which a failed
     // test prints.
     tracing_subscriber::fmt()
@@ -59,30 +78,83 @@ async fn main() -> io::Result<()> {
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .init();
     let args: Vec<String> = std::env::args().collect();
-    let role = arg(&args, 1).to_owned();
+    if arg(&args, 1) == "write-close" {
+        return write_close(
+            arg(&args, 2).parse().expect("ADDR"),
+            arg(&args, 3).parse().expect("BYTES"),
+            arg(&args, 4).parse().expect("SEED"),
+            arg(&args, 5),
+        );
+    }
+    runtime(true).block_on(serve(&args))
+}
+
+/// Writes `bytes` to `addr` and goes away as `how` says (see the module docs). The runtime is
+/// built by hand: how it ends is what the test is about.
+fn write_close(addr: SocketAddr, bytes: usize, seed: u64, how: &str) -> io::Result<()> {
+    let data = pattern(seed, bytes);
+    let rt = runtime(how != "return-current");
+    let stream = rt.block_on(async {
+        let mut stream = RStream::connect(addr).await?;
+        eprintln!("connected to {addr}");
+        stream.write_all(&data).await?;
+        println!("written: {bytes} bytes");
+        io::Result::Ok(stream)
+    })?;
+    match how {
+        // What `#[tokio::main] async fn main` does at its end: the stream is dropped inside
+        // the runtime (its close lingers in a task), then the runtime is dropped.
+        "return-multi" | "return-current" => {
+            rt.block_on(async move { drop(stream) });
+            drop(rt);
+        }
+        "no-runtime" => {
+            drop(rt);
+            drop(stream);
+        }
+        "exit" => std::process::exit(0),
+        "kill" => {
+            let pid = std::process::id().to_string();
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &pid])
+                .status();
+            loop {
+                std::thread::park();
+            }
+        }
+        other => {
+            eprintln!("wire-peer write-close: unknown HOW {other}");
+            std::process::exit(2)
+        }
+    }
+    Ok(())
+}
+
+async fn serve(args: &[String]) -> io::Result<()> {
+    let role = arg(args, 1).to_owned();
     match role.as_str() {
-        "stream-echo" => stream_echo(port(arg(&args, 2))).await,
-        "endpoint-echo" => endpoint_echo(port(arg(&args, 2))).await,
-        "rdma" => rdma(port(arg(&args, 2)), arg(&args, 3).parse().expect("LEN")).await,
-        "dgram-echo" => dgram_echo(port(arg(&args, 2))).await,
+        "stream-echo" => stream_echo(port(arg(args, 2))).await,
+        "endpoint-echo" => endpoint_echo(port(arg(args, 2))).await,
+        "rdma" => rdma(port(arg(args, 2)), arg(args, 3).parse().expect("LEN")).await,
+        "dgram-echo" => dgram_echo(port(arg(args, 2))).await,
         "park" => {
             park(
-                arg(&args, 2).parse().expect("ADDR"),
-                arg(&args, 3).parse().expect("PARKED"),
-                arg(&args, 4).parse().expect("OPEN"),
+                arg(args, 2).parse().expect("ADDR"),
+                arg(args, 3).parse().expect("PARKED"),
+                arg(args, 4).parse().expect("OPEN"),
             )
             .await
         }
         "soak" => {
             soak(
-                port(arg(&args, 2)),
-                arg(&args, 3).parse().expect("BYTES"),
-                arg(&args, 4).parse().expect("SEED"),
-                arg(&args, 5).parse().expect("PEER_SEED"),
+                port(arg(args, 2)),
+                arg(args, 3).parse().expect("BYTES"),
+                arg(args, 4).parse().expect("SEED"),
+                arg(args, 5).parse().expect("PEER_SEED"),
             )
             .await
         }
-        "mcast-echo" => mcast_echo(arg(&args, 2).parse().expect("GROUP")).await,
+        "mcast-echo" => mcast_echo(arg(args, 2).parse().expect("GROUP")).await,
         other => {
             eprintln!("wire-peer: unknown role {other}");
             std::process::exit(2)

@@ -225,12 +225,12 @@ async fn rdma_keepalive_leaves_a_live_connection_working() {
     assert_eq!(&inbox[..], &[7; 32][..]);
 }
 
-/// A peer that goes away without shutting down (here: its queue pair fails, so its DISCONNECT
-/// never arrives, and then it disconnects): a reader gets every byte that arrived before the
-/// disconnect, then end-of-stream, as a C rsockets reader does and as a TCP reader does when its
-/// peer exits without closing; never a hang.
+/// A peer that goes away without closing (here: its queue pair fails, so its DISCONNECT never
+/// arrives, and then it disconnects): a reader gets every byte that arrived before the
+/// disconnect, then `ConnectionReset`, never a clean end-of-stream (bytes the peer wrote after
+/// those may be lost) and never a hang.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_peer_that_disconnects_without_shutting_down_reads_as_end_of_stream_after_its_data() {
+async fn a_peer_that_disconnects_without_closing_reads_as_a_reset_after_its_data() {
     let (mut server, mut client) = stream_pair(options()).await;
     server.write_all(b"partial").await.unwrap();
     let mut got = [0u8; 7];
@@ -244,17 +244,22 @@ async fn a_peer_that_disconnects_without_shutting_down_reads_as_end_of_stream_af
     server.__vanish().unwrap();
     drop(server);
     let mut rest = Vec::new();
-    guard(
+    let err = guard(
         "a read after the peer went away",
         client.read_to_end(&mut rest),
     )
     .await
-    .expect("the peer's disconnect is end-of-stream");
+    .expect_err("a peer that never closed must not read as end-of-stream");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        err.to_string().contains("without closing"),
+        "the error does not say why: {err}"
+    );
     assert!(rest.is_empty(), "nothing more was sent: {rest:?}");
-    // Writing after it fails: the connection is gone.
+    // Writing after it fails the same way: the connection is gone.
     let err = client
         .write_all(b"late")
         .await
         .expect_err("a write after the peer disconnected must fail");
-    assert_eq!(err.kind(), io::ErrorKind::BrokenPipe, "{err}");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
 }

@@ -121,7 +121,7 @@ async fn a_local_region_larger_than_4_gib_carries_rdma_at_its_far_end() {
         "the bytes past 4 GiB arrived"
     );
     // An RDMA read into its last page.
-    let src = server.reg_shared(4096, RemoteAccess::READ).unwrap();
+    let mut src = server.reg_shared(4096, RemoteAccess::READ).unwrap();
     src.write_at(0, &[0xc3; 4096]).unwrap();
     let (read, big) = client.read(big, len - 4096.., src.remote().whole()).await;
     read.unwrap();
@@ -229,7 +229,7 @@ async fn a_mapped_file_is_served_by_rdma_read_and_is_never_written() {
         .open(&path)
         .unwrap();
     let ctx = server.context();
-    let served = ctx.map_file(&file, 4096, 12_000).unwrap();
+    let mut served = ctx.map_file(&file, 4096, 12_000).unwrap();
     assert_eq!(served.access(), RemoteAccess::READ);
     let remote = served.remote();
     assert_eq!(remote.len(), 12_000);

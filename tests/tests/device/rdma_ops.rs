@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use rdma_async::rdma::{
-    LocalRegion, RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion, SharedRegion,
+    LocalRegion, RdmaConnection, RdmaOptions, ReceivedOp, RemoteAccess, RemoteRegion, SharedRegion,
 };
 use rdma_async_tests::data::cyclic;
 use rdma_async_tests::{completion_status, guard, rdma_pair};
@@ -58,6 +58,7 @@ async fn send_and_receive_with_and_without_immediate() {
     sent.unwrap();
     let got = got.unwrap();
     assert_eq!((got.len(), got.imm()), (10, Some(0xdead_beef)));
+    assert_eq!((got.op(), got.write_len()), (ReceivedOp::Send, None));
     assert_eq!(&inbox[..10], &data[10..20]);
 
     // An existing vector, registered by taking ownership, comes back with its contents.
@@ -76,7 +77,7 @@ async fn send_and_receive_with_and_without_immediate() {
 async fn writes_and_reads_reach_the_edges_of_the_remote_region() {
     let (server, client) = rdma_pair(&RdmaOptions::new()).await;
     const LEN: usize = 10_000;
-    let target = server
+    let mut target = server
         .reg_shared(LEN, RemoteAccess::READ | RemoteAccess::WRITE)
         .unwrap();
     target.write_at(0, &cyclic(3, LEN)).unwrap();
@@ -111,10 +112,36 @@ async fn writes_and_reads_reach_the_edges_of_the_remote_region() {
     // With immediate: the server's receive reports it once the data is there.
     let recv = server.recv_imm();
     let write = client.write_with_imm(src, 5000..5010, remote.slice(5000, 10).unwrap(), 77);
-    let (got, (w, _src)) = guard("write imm", async { tokio::join!(recv, write) }).await;
+    let (got, (w, src)) = guard("write imm", async { tokio::join!(recv, write) }).await;
     w.unwrap();
     let got = got.unwrap();
-    assert_eq!((got.imm(), got.len()), (Some(77), 10));
+    assert_eq!(got.op(), ReceivedOp::RdmaWriteWithImm);
+    assert_eq!(
+        (got.imm(), got.len(), got.write_len()),
+        (Some(77), 0, Some(10))
+    );
+    // A receive with a buffer smaller than the write: the write's bytes went to the region,
+    // none into the buffer, so `len` stays within it (it used to be the write's length, and
+    // the documented `&buf[..got.len()]` panicked).
+    let inbox = server.reg_msgs(4).unwrap();
+    let recv = server.recv(inbox, ..);
+    let write = client.write_with_imm(src, 5000..5010, remote.slice(5000, 10).unwrap(), 78);
+    let ((got, inbox), (w, _src)) = guard("write imm into a receive with a buffer", async {
+        tokio::join!(recv, write)
+    })
+    .await;
+    w.unwrap();
+    let got = got.unwrap();
+    assert_eq!(
+        (got.op(), got.imm(), got.write_len()),
+        (ReceivedOp::RdmaWriteWithImm, Some(78), Some(10))
+    );
+    assert!(
+        got.len() <= inbox.len(),
+        "{} bytes in a 4-byte buffer",
+        got.len()
+    );
+    assert!(inbox[..got.len()].is_empty());
 
     let mut expect = cyclic(3, LEN);
     let new = cyclic(50, LEN);
@@ -237,7 +264,7 @@ async fn a_wrong_rkey_is_a_remote_access_error() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atomics_compare_and_swap_and_fetch_and_add() {
     let (server, client) = rdma_pair(&RdmaOptions::new()).await;
-    let word = server
+    let mut word = server
         .reg_shared(16, RemoteAccess::ATOMIC | RemoteAccess::READ)
         .unwrap();
     word.write_at(8, &100u64.to_ne_bytes()).unwrap();

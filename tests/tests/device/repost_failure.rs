@@ -38,6 +38,11 @@ async fn a_failed_receive_repost_ends_the_stream_with_its_cause() {
             Err(e) => break e,
         }
     };
+    // At least the message whose receive could not be posted again was in that batch.
+    assert!(
+        !received.is_empty(),
+        "the message whose receive failed to be posted again was lost"
+    );
     assert!(
         sent.starts_with(&received),
         "the bytes read before the failure are not what was sent, in order"

@@ -238,51 +238,81 @@ fn disconnect_stops_reposting() {
     assert!(pair.sides[0].conn.all_sends_done());
 }
 
+/// Whether `outcome` is the reset of a peer that disconnected without closing.
+fn is_reset(outcome: &ReadOutcome) -> bool {
+    matches!(outcome, ReadOutcome::Failed(e) if e.kind() == ProtoErrorKind::Reset)
+}
+
 #[test]
 fn cm_disconnected_event() {
     let mut pair = Pair::new(Config::new(), Config::new());
     pair.settle().unwrap();
     pair.sides[0].conn.handle_disconnected();
     assert!(pair.sides[0].conn.is_disconnected());
-    assert_eq!(pair.app_write(0, b"x").stopped, Some(WriteError::Closed));
-    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
+    // The peer never closed: a reset, never a clean end-of-stream.
+    match pair.app_write(0, b"x").stopped {
+        Some(WriteError::Failed(e)) => assert_eq!(e.kind(), ProtoErrorKind::Reset, "{e}"),
+        other => panic!("a write after a bare disconnect: {other:?}"),
+    }
+    let read = pair.app_read(0, 1);
+    assert!(is_reset(&read), "{read:?}");
     // close() after a disconnect sends nothing.
     pair.sides[0].conn.close();
     assert_eq!(pair.pump_control(0), 0);
 }
 
 #[test]
-fn cm_disconnected_event_after_an_orderly_close_is_end_of_stream_after_the_data() {
+fn cm_disconnected_event_after_a_local_close_is_end_of_stream() {
     let mut pair = Pair::new(Config::new(), Config::new());
     pair.settle().unwrap();
-    assert_eq!(pair.app_write(1, b"last words").written, 10);
-    pair.sides[1].conn.close();
+    pair.sides[0].conn.close();
+    pair.sides[0].conn.handle_disconnected();
+    assert!(pair.sides[0].conn.is_disconnected());
+    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
+}
+
+/// Side 1 writes `data`, ends as `end` says (its control message is sent), and then the CM
+/// reports the disconnect to side 0: side 0 reads `data`, then end-of-stream.
+fn orderly_end_then_cm_disconnect(data: &[u8], end: fn(&mut crate::proto::Connection)) {
+    let mut pair = Pair::new(Config::new(), Config::new());
+    pair.settle().unwrap();
+    assert_eq!(pair.app_write(1, data).written, data.len());
+    end(&mut pair.sides[1].conn);
     pair.pump_control(1);
-    // The data and the DISCONNECT are handled before the CM's event, as the driver does.
+    // The data and the control message are handled before the CM's event, as the driver does.
     pair.deliver_all(1);
     pair.poll_cq(0, usize::MAX).unwrap();
     pair.sides[0].conn.handle_disconnected();
-    assert_eq!(
-        pair.app_read(0, 100),
-        ReadOutcome::Data(b"last words".to_vec())
-    );
+    assert_eq!(pair.app_read(0, 100), ReadOutcome::Data(data.to_vec()));
     assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
 }
 
 #[test]
-fn cm_disconnected_event_without_a_shutdown_reads_the_data_then_eof() {
+fn cm_disconnected_event_after_the_peers_shutdown_is_end_of_stream_after_the_data() {
+    orderly_end_then_cm_disconnect(b"all of it", |conn| conn.shutdown_write());
+}
+
+#[test]
+fn cm_disconnected_event_after_an_orderly_close_is_end_of_stream_after_the_data() {
+    orderly_end_then_cm_disconnect(b"last words", |conn| conn.close());
+}
+
+#[test]
+fn cm_disconnected_event_without_a_close_reads_the_data_then_a_reset() {
     let mut pair = Pair::new(Config::new(), Config::new());
     pair.settle().unwrap();
     assert_eq!(pair.app_write(1, b"partial").written, 7);
     pair.deliver_all(1);
     pair.poll_cq(0, usize::MAX).unwrap();
-    // Side 1 vanishes: no SHUTDOWN or DISCONNECT, only the CM's event.
+    // Side 1 vanishes: no SHUTDOWN or DISCONNECT, only the CM's event. More it wrote may be
+    // lost, so the reader gets what arrived, then an error: never a clean end-of-stream.
     pair.sides[0].conn.handle_disconnected();
     assert_eq!(
         pair.app_read(0, 100),
         ReadOutcome::Data(b"partial".to_vec())
     );
-    assert_eq!(pair.app_read(0, 1), ReadOutcome::Eof);
+    let read = pair.app_read(0, 1);
+    assert!(is_reset(&read), "{read:?}");
 }
 
 #[test]
