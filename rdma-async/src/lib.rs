@@ -111,7 +111,7 @@ pub mod __test_hooks {
     //! stay crate-private), and the failure injection of the resource-limit tests. Never needed
     //! by users.
     pub use crate::device::events::inject_event;
-    pub use crate::verbs::fault_injection::fail_next;
+    pub use crate::verbs::fault_injection::{Teardown, fail_next, fail_next_teardown};
     pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair, Resource};
 }
 

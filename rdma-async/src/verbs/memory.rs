@@ -233,18 +233,27 @@ fn registered(
     }
 }
 
-/// Deregisters `mr` (of `len` bytes); whether it worked.
+/// Deregisters `mr` (of `len` bytes). On an error the registration stays: the peer may still
+/// use its key, so its memory must be neither viewed nor freed.
 ///
 /// # Safety
 ///
-/// `mr` is a live registration, deregistered once.
-pub(super) unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> bool {
-    // SAFETY: the caller guarantees the registration is live and deregistered once.
-    let ok = unsafe { sys::ibv_dereg_mr(mr.as_ptr()) } == 0;
-    if ok {
-        MEMORY_REGIONS.destroyed(len);
+/// `mr` is a live registration, deregistered once it succeeded.
+pub(super) unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> io::Result<()> {
+    #[cfg(feature = "test-hooks")]
+    if let Some(errno) = super::fault_injection::injected_teardown(
+        super::fault_injection::Teardown::DeregisterMemory,
+    ) {
+        return Err(error::call_error("ibv_dereg_mr", errno));
     }
-    ok
+    // SAFETY: the caller guarantees the registration is live and deregistered once.
+    match unsafe { sys::ibv_dereg_mr(mr.as_ptr()) } {
+        0 => {
+            MEMORY_REGIONS.destroyed(len);
+            Ok(())
+        }
+        errno => Err(error::call_error("ibv_dereg_mr", errno)),
+    }
 }
 
 impl RegisteredBuffer {
@@ -568,12 +577,13 @@ impl RegisteredBuffer {
             return None;
         }
         // SAFETY: the registration is live (the backing was not released) and deregistered once.
-        if unsafe { deregister(self.mr, self.len) } {
-            Some(backing)
-        } else {
-            tracing::warn!(len = self.len, "ibv_dereg_mr failed; leaking the memory");
-            std::mem::forget(backing);
-            None
+        match unsafe { deregister(self.mr, self.len) } {
+            Ok(()) => Some(backing),
+            Err(e) => {
+                tracing::warn!(len = self.len, error = %e, "leaking the memory");
+                std::mem::forget(backing);
+                None
+            }
         }
     }
 

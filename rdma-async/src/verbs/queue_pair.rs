@@ -488,11 +488,7 @@ impl OwnedBufferQueuePair {
             .fixed
             .get(buffer)
             .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
-        if fixed.ranges().deregister(range) {
-            Ok(())
-        } else {
-            Err(error::last_error("ibv_dereg_mr"))
-        }
+        fixed.ranges().deregister(range)
     }
 
     /// Takes a send completion: a successful invalidation posted by [`Self::post_invalidate`]

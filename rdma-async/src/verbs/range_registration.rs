@@ -79,33 +79,44 @@ impl RangeRegistrations {
         Some((range.mr?.as_ptr(), range.offset, range.len))
     }
 
-    /// Deregisters registration `index` now (the peer loses the access it gave); whether it
-    /// was registered and deregistration worked.
-    pub(crate) fn deregister(&self, index: usize) -> bool {
+    /// Deregisters registration `index` now (the peer loses the access it gave). A registration
+    /// whose deregistration failed stays in the list: the peer may still use its key, so its
+    /// range is still remotely writable (no view of it) and the buffer may not be freed.
+    pub(crate) fn deregister(&self, index: usize) -> io::Result<()> {
         let mut ranges = self.lock();
         let Some(range) = ranges.get_mut(index) else {
-            return false;
+            return Err(crate::error::invalid_input(format!(
+                "no range registration {index}"
+            )));
         };
-        let Some(mr) = range.mr.take() else {
-            return false;
+        let Some(mr) = range.mr else {
+            return Err(crate::error::invalid_input(format!(
+                "range registration {index} is already deregistered"
+            )));
         };
-        // SAFETY: the registration was live and is deregistered once (it left the list).
-        unsafe { deregister(mr, range.len) }
+        // SAFETY: the registration is live while it is in the list, and leaves it only once
+        // deregistered.
+        unsafe { deregister(mr, range.len) }?;
+        range.mr = None;
+        Ok(())
     }
 
     /// Deregisters every registration still registered; whether all of them could be (if one
-    /// could not, the memory must not be freed: the peer might still write it).
+    /// could not, it stays listed and the memory must not be freed: the peer might still
+    /// write it).
     pub(super) fn deregister_all(&self) -> bool {
         let mut ranges = self.lock();
         let mut ok = true;
         for range in ranges.iter_mut() {
-            if let Some(mr) = range.mr.take() {
+            if let Some(mr) = range.mr {
                 // SAFETY: as in `Self::deregister`.
-                let done = unsafe { deregister(mr, range.len) };
-                if !done {
-                    tracing::warn!(len = range.len, "ibv_dereg_mr of a part of a buffer failed");
+                match unsafe { deregister(mr, range.len) } {
+                    Ok(()) => range.mr = None,
+                    Err(e) => {
+                        tracing::warn!(len = range.len, error = %e, "a part of a buffer stays registered");
+                        ok = false;
+                    }
                 }
-                ok &= done;
             }
         }
         ok
