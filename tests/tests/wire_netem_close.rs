@@ -117,12 +117,19 @@ impl Outcome {
             }
         ));
         // The reset is the CM's disconnect without rsockets' DISCONNECT, or, when the reader
-        // had a credit update in flight to the dead peer, that send's failure.
+        // had a credit update in flight to the dead peer, that send's flush: either way the
+        // message names the peer and says it reset.
         assert_eq!(
             err.kind(),
             io::ErrorKind::ConnectionReset,
             "{how}: {err}\nnode 2:\n{}",
             self.log
+        );
+        let peer = peer_ip().expect("a peer node").to_string();
+        assert!(
+            err.to_string().contains(&format!("connection with {peer}"))
+                && err.to_string().contains("reset"),
+            "{how}: the error does not name the peer and the reset: {err}"
         );
     }
 }

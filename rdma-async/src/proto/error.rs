@@ -61,7 +61,6 @@ impl ProtoError {
     }
 
     /// The human-readable description.
-    #[cfg(test)]
     pub(crate) fn message(&self) -> &str {
         &self.message
     }

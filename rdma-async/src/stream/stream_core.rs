@@ -807,8 +807,25 @@ impl StreamCore {
         match proto {
             Some(e) if e.kind() == ProtoErrorKind::Reset => io::Error::new(
                 e.io_kind(),
-                format!("connection with {} reset: {e}", self.link.peer_addr()),
+                format!(
+                    "connection with {} reset: {}",
+                    self.link.peer_addr(),
+                    e.message()
+                ),
             ),
+            // No send failed with a status of its own (that would be the transport error
+            // above): ours were flushed because the peer disconnected. Say that, not which
+            // internal message was in flight.
+            Some(e) if e.kind() == ProtoErrorKind::SendFailed && self.link.is_disconnected() => {
+                io::Error::new(
+                    e.io_kind(),
+                    format!(
+                        "connection with {} reset: the peer disconnected while our sends were \
+                         in flight (they were flushed)",
+                        self.link.peer_addr()
+                    ),
+                )
+            }
             Some(e) => e.into(),
             None => io::Error::new(
                 io::ErrorKind::BrokenPipe,
