@@ -6,8 +6,9 @@
 //! Inside a runtime a task does the waiting. Where no task can, the thread that drops does it,
 //! polling the completion queue itself (as rsockets' `rclose` does): when the stream is dropped
 //! outside any runtime, and when the runtime drops the lingering task unfinished (it shuts down:
-//! a `#[tokio::main]` returning is the common case). Only a killed process loses them, and then
-//! the peer reads a reset, never a clean end of stream.
+//! a `#[tokio::main]` returning is the common case). Only a process that dies, or exits without
+//! dropping its streams (`std::process::exit`), loses them, and then the peer reads a reset,
+//! never a clean end of stream.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
