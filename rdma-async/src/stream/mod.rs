@@ -95,10 +95,12 @@
 //! `InvalidData`, no RDMA device → `NotFound` "no RDMA device: ...". The table is in the
 //! [`cm`](crate::cm) module docs.
 //!
-//! A peer that disconnects without shutting down its stream (it exited without closing, or its
-//! connection failed) reads as end-of-stream once every byte it sent is read, as with C rsockets
-//! and with a TCP peer that exited; only a failure of this side's own sends is reported instead.
-//! More in the repository's `docs/failure-behaviour.md`.
+//! A peer that disconnects without closing its stream (rsockets' DISCONNECT or SHUTDOWN never
+//! came: it was killed, exited without dropping the stream, or its connection failed) may have
+//! written bytes that never arrived, so every byte that did arrive is read and then the read
+//! fails with `ConnectionReset`, never a clean end-of-stream (C rsockets reads end-of-stream
+//! there). More in [`RStream`]'s "Closing" section and the repository's
+//! `docs/failure-behaviour.md`.
 //!
 //! # TLS
 //!
