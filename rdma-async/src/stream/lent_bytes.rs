@@ -5,7 +5,7 @@
 use std::fmt;
 use std::ops::Deref;
 
-use super::stream_core::StreamCore;
+use super::driver::StreamCore;
 use crate::verbs::BufferView;
 
 /// Bytes read from an [`RStream`](super::RStream) by [`read_lent`](super::RStream::read_lent):

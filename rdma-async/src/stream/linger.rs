@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use tracing::Instrument;
 
-use super::stream_core::StreamCore;
+use super::driver::StreamCore;
 
 /// How long a dropped stream keeps its resources so that data written before the drop still
 /// reaches the peer (rsockets' `rclose` waits without a bound; we do not hang for ever).

@@ -113,6 +113,7 @@
 //! `greeter_client.rs` (tonic; unary and server-streaming, generated from
 //! `examples/proto/greeter.proto` with a vendored protoc, so no system protoc is needed).
 
+mod driver;
 mod gather;
 mod lending_ring;
 mod lent_bytes;
@@ -121,10 +122,11 @@ mod listener;
 mod options;
 mod region_write;
 mod rstream;
+#[cfg(feature = "test-hooks")]
+mod rstream_hooks;
 mod side_wakers;
 mod split;
 mod stats;
-mod stream_core;
 mod write_probe;
 
 pub use lent_bytes::LentBytes;

@@ -49,7 +49,7 @@ pub(super) struct LentBuffer {
 /// Drops of a zero-copy write's future hand its buffer to the stream, which frees it once the
 /// device is done with it.
 pub(super) struct RegionWriteGuard<'a> {
-    pub(super) core: &'a super::stream_core::StreamCore,
+    pub(super) core: &'a super::driver::StreamCore,
     pub(super) op: RegionWrite,
 }
 
@@ -61,7 +61,7 @@ impl Drop for RegionWriteGuard<'_> {
 
 /// `RStream::write_region` and the write halves': checks the range, then runs the write.
 pub(super) async fn write_region<B: crate::rdma::RegisteredBytes>(
-    core: &super::stream_core::StreamCore,
+    core: &super::driver::StreamCore,
     region: B,
     range: impl std::ops::RangeBounds<usize>,
 ) -> (std::io::Result<()>, Option<B>) {

@@ -11,12 +11,12 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
+use super::driver::{self, Side, StreamCore};
 use super::lent_bytes::LentBytes;
 use super::linger;
 use super::options::RStreamOptions;
 use super::split::{OwnedReadHalf, OwnedWriteHalf, ReadHalf, WriteHalf};
 use super::stats::StreamStats;
-use super::stream_core::{self, Side, StreamCore};
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::{ConnParams, ConnectRequest};
@@ -103,7 +103,7 @@ fn rsocket_params() -> ConnParams {
 /// future, and are freed only after the queue pair is destroyed.
 #[derive(Debug)]
 pub struct RStream {
-    inner: Arc<Inner>,
+    pub(super) inner: Arc<Inner>,
 }
 
 /// What a stream and its owned halves share; the connection closes when the last is dropped.
@@ -205,9 +205,9 @@ impl RStream {
             addr,
             &options.dial,
             &rsocket_params(),
-            |id| stream_core::build(id, options),
+            |id| driver::build(id, options),
             |mut parts, link| {
-                stream_core::apply_peer_conn_data(
+                driver::apply_peer_conn_data(
                     &mut parts,
                     link.peer_private_data(),
                     link.peer_addr(),
@@ -248,8 +248,8 @@ impl RStream {
             &options.dial,
             &rsocket_params(),
             |id| {
-                let (mut parts, data) = stream_core::build(id, options)?;
-                stream_core::apply_peer_conn_data(&mut parts, &peer_data, peer)?;
+                let (mut parts, data) = driver::build(id, options)?;
+                driver::apply_peer_conn_data(&mut parts, &peer_data, peer)?;
                 Ok((parts, data))
             },
             |parts, link| Self::assemble(parts, link, options),
@@ -258,7 +258,7 @@ impl RStream {
     }
 
     fn assemble(
-        parts: stream_core::StreamParts,
+        parts: driver::StreamParts,
         link: CmLink,
         options: &RStreamOptions,
     ) -> io::Result<RStream> {
@@ -466,110 +466,6 @@ impl RStream {
     /// As [`Self::try_write`].
     pub fn try_write_vectored(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
         self.inner.core().try_write(bufs)
-    }
-
-    /// Test hook: sends the raw immediate word `imm` to the peer outside the protocol, to
-    /// check how a peer handles a protocol violation. It breaks the stream.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_post_send`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __send_raw_immediate(&self, imm: u32) -> io::Result<()> {
-        self.inner.core().send_raw_immediate(imm)
-    }
-
-    /// Test hook: bytes received and not yet read.
-    ///
-    /// # Errors
-    ///
-    /// Polling the completion queue failed.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __readable_len(&self) -> io::Result<usize> {
-        self.inner.core().readable_len()
-    }
-
-    /// Test hook: the address the peer's grant in our target SGL slot `slot` takes the next
-    /// byte at, and its key.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __peer_grant(&self, slot: usize) -> Option<(u64, u32)> {
-        self.inner.core().peer_grant(slot)
-    }
-
-    /// Test hook: RDMA-writes `bytes` (inline) to `remote_addr` under `rkey`, outside the
-    /// protocol, and waits until the write completed (it breaks the stream: its completion is
-    /// not one the protocol expects). For a test of what a peer can still reach.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_post_send`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub async fn __raw_write(&self, remote_addr: u64, rkey: u32, bytes: &[u8]) -> io::Result<()> {
-        self.inner.core().raw_write(remote_addr, rkey, bytes).await
-    }
-
-    /// Test hook: the rsockets connection data a connection request with `options` carries
-    /// (its rings at made-up addresses), for a test that plays a client which sends a request
-    /// and never completes the handshake (`cm::ParkedConnect`).
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __request_data(options: &RStreamOptions) -> Vec<u8> {
-        let layout = crate::proto::LocalLayout {
-            ring_keys: None,
-            rbuf_addr: 0x1000,
-            rbuf_rkey: 1,
-            target_sgl_addr: 0x2000,
-            target_sgl_rkey: 2,
-        };
-        crate::proto::Connection::new(options.config(), layout)
-            .local_conn_data()
-            .encode()
-            .to_vec()
-    }
-
-    /// Test hook: posts up to `max` 0-byte DATA messages, as many as the peer's credits allow
-    /// now, and returns how many (0: await [`Self::writable`]). They are valid rsockets
-    /// messages that carry nothing: how a test floods a peer.
-    ///
-    /// # Errors
-    ///
-    /// The connection's error, or that of `ibv_post_send`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __send_empty_messages(&self, max: usize) -> io::Result<usize> {
-        self.inner.core().send_empty_messages(max)
-    }
-
-    /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
-    /// id option reached it.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_query_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __ack_timeout(&self) -> io::Result<u8> {
-        self.inner.core().link().qp_ack_timeout()
-    }
-
-    /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
-    /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __vanish(&self) -> io::Result<()> {
-        self.inner.core().vanish()
-    }
-
-    /// Test hook: the next receive this stream posts fails (as `ibv_post_recv` returning
-    /// `ENOMEM`), to check that such a failure ends the stream with that cause.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __fail_next_post_recv(&self) {
-        self.inner.core().fail_next_post_recv();
     }
 
     /// The device context the stream works in: regions registered through it can be written

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Wake, Waker};
 
-use super::stream_core::Side;
+use super::driver::Side;
 
 /// The tasks waiting on one side of a stream.
 #[derive(Debug, Default)]

@@ -1,0 +1,183 @@
+//! Handling completions: polling the queue in budgeted batches, handing each completion to
+//! the protocol, reposting receives and taking back lent buffers.
+
+use std::io;
+use std::task::{Context, Poll, ready};
+
+use tokio::task::coop;
+
+use crate::error::wc_error;
+use crate::proto::WR_ID_RECV_FLAG;
+use crate::stream::side_wakers::{Polling, Reading};
+use crate::verbs::{CompletionBatch, WcStatus, WorkCompletion};
+
+use super::{BATCH, CoreState, PUMP_BATCHES, Side, StreamCore, TARGET_SGL};
+
+impl StreamCore {
+    /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
+    /// batch spends a unit of the task's budget; once it is spent, this wakes the task and
+    /// returns `Pending`, leaving the rest queued for the next poll. `reading`: whether (and how)
+    /// the caller reads (or waits for readability): it looks at the stream again after this.
+    pub(super) fn pump(
+        &self,
+        state: &mut CoreState,
+        mut cx: Option<&mut Context<'_>>,
+        reading: Reading,
+    ) -> Poll<io::Result<()>> {
+        let mut batch = CompletionBatch::<BATCH>::new();
+        for _ in 0..PUMP_BATCHES {
+            let coop = match cx.as_deref_mut() {
+                Some(cx) => Some(ready!(coop::poll_proceed(cx))),
+                None => None,
+            };
+            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            state.queue_empty = wcs.len() < BATCH;
+            if wcs.is_empty() {
+                // Dropping `coop` unused gives the unit back.
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(coop) = &coop {
+                coop.made_progress();
+            }
+            self.cq.end_wait(&state.yields);
+            let reader = cx
+                .as_deref()
+                .filter(|_| reading != Reading::No)
+                .map(|cx| Polling {
+                    waker: cx.waker(),
+                    reading,
+                });
+            let drained = state.queue_empty;
+            self.handle(state, wcs, reader)?;
+            if drained {
+                // Less than a batch: the queue was empty after it, and polling it again now
+                // (C's loop does) would most often find nothing. What arrives later is seen
+                // by the next call, or by a waiter, which polls again after arming.
+                return Poll::Ready(Ok(()));
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// [`Self::pump`] for calls without a task context: at most [`PUMP_BATCHES`] batches.
+    pub(super) fn pump_some(&self, state: &mut CoreState) -> io::Result<()> {
+        // Without a context there is no budget to wait for: this is always `Ready`.
+        match self.pump(state, None, Reading::No) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Ok(()),
+        }
+    }
+
+    /// Handles the completions in the queue, as many as it can hold: for the end of a
+    /// connection, when the order of events must be settled. Once the queue pair is in the
+    /// error state that is all of them; while it is not (a wait failed for another reason), a
+    /// peer could keep the queue full for ever, so the bound keeps this from looping for ever.
+    pub(super) fn drain(&self, state: &mut CoreState) -> io::Result<()> {
+        let mut batch = CompletionBatch::<BATCH>::new();
+        let mut left = self.cq.queue().capacity();
+        loop {
+            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            if wcs.is_empty() {
+                state.queue_empty = true;
+                return Ok(());
+            }
+            self.handle(state, wcs, None)?;
+            left = left.saturating_sub(wcs.len());
+            if left == 0 {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Handles a batch of completions and wakes the waiters of both sides. Receives that
+    /// cannot be posted again end the connection once the whole batch is handled: those
+    /// completions are out of the queue, and the protocol's count of sends and receives must
+    /// include them.
+    ///
+    /// `reader`: the task reading now (and how), which looks at the stream again before it
+    /// returns. It is not woken on the reading side (every reader waits for the same thing,
+    /// readable bytes, so it sees what the others would); waking it would only poll it again
+    /// for nothing, once per message of a ping-pong (see [`SideWakers::wake_all_but`](crate::stream::side_wakers::SideWakers::wake_all_but)). On the
+    /// writing side it is woken as any other: it may wait there for something else, polled
+    /// earlier in this same poll.
+    pub(super) fn handle(
+        &self,
+        state: &mut CoreState,
+        wcs: &[WorkCompletion],
+        reader: Option<Polling<'_>>,
+    ) -> io::Result<()> {
+        let mut reposts = 0;
+        for wc in wcs {
+            if wc.wr_id & WR_ID_RECV_FLAG != 0 {
+                state.stats.recv_completions += 1;
+                reposts += usize::from(self.handle_recv(state, wc));
+            } else {
+                state.stats.send_completions += 1;
+                let ok = wc.status.is_success();
+                if !ok && wc.status != WcStatus::FLUSH && !state.transport_error.is_set() {
+                    let err = wc_error(wc, self.link.peer_addr(), true);
+                    tracing::warn!(parent: self.link.span(), error = %err, "send failed");
+                    state.transport_error.set(err);
+                }
+                // A lending ring's invalidations unbind their windows in the queue pair's
+                // books too (it decides what may be viewed).
+                self.qp.window_completed(wc);
+                if let Err(e) = state.conn.handle_send_completion(wc.wr_id, ok) {
+                    tracing::debug!(parent: self.link.span(), error = %e, "send completion ended the connection");
+                }
+            }
+        }
+        // The batch's receives go back with one post, before any control message that
+        // returns their credits. If they cannot be posted the connection ends there: what the
+        // batch delivered is still read first, then the failure, by every reader and writer.
+        if let Err(e) = self.qp.post_empty_recvs(WR_ID_RECV_FLAG, reposts) {
+            self.fatal(state, e);
+        }
+        self.reclaim_lent(state);
+        let posted = self.post_controls(state);
+        self.wakers[Side::Read as usize].wake_all_but(reader);
+        self.wakers[Side::Write as usize].wake_all();
+        posted
+    }
+
+    /// Takes back from the queue pair every lent buffer whose last send has completed.
+    pub(super) fn reclaim_lent(&self, state: &mut CoreState) {
+        while let Some(&lent) = state.lent.front() {
+            if state.conn.is_send_outstanding(lent.last_send) {
+                return;
+            }
+            state.lent.pop_front();
+            if let Some(buffer) = self.qp.reclaim(lent.lend_id)
+                && !state.abandoned.remove(&lent.lend_id)
+            {
+                state.returned.insert(lent.lend_id, buffer);
+            }
+        }
+    }
+
+    /// Hands a receive completion to the protocol; returns whether its receive is to be
+    /// posted again.
+    pub(super) fn handle_recv(&self, state: &mut CoreState, wc: &WorkCompletion) -> bool {
+        if !wc.status.is_success() {
+            // Flushed or failed receives carry nothing; rsockets skips them too.
+            return false;
+        }
+        let target_sgl = self.qp.buffer(TARGET_SGL);
+        let read_slot = |slot: usize| {
+            let mut entry = [0u8; 16];
+            // An out-of-range slot reads as an empty entry, which the protocol rejects.
+            let _ = target_sgl.read_at(slot * 16, &mut entry);
+            entry
+        };
+        match state
+            .conn
+            .handle_recv_completion(wc.imm_data, wc.byte_len, read_slot)
+        {
+            Ok(action) => action.repost,
+            Err(e) => {
+                tracing::warn!(parent: self.link.span(), error = %e, "rsockets protocol violation");
+                false
+            }
+        }
+    }
+}

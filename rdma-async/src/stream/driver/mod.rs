@@ -1,0 +1,238 @@
+//! [`StreamCore`]: the state every handle of one stream shares, behind one lock: the rsockets
+//! protocol state machine (`crate::proto`), the queue pair and its registered rings.
+//!
+//! The protocol state machine decides what to post; this code copies bytes between the application and the
+//! registered rings, posts the work requests, and feeds completions and CM events back. All
+//! protocol state sits behind one lock, and the completion queue is polled only under it, so
+//! completions are handled in the order the device produced them. The reading and the writing
+//! side each wait through their own registrations of the channel descriptors ([`ConnWaiter`]),
+//! and whichever side handles completions wakes the other; every task waiting on a side is
+//! woken ([`SideWakers`]).
+//!
+//! A peer can keep the completion queue busy for ever (a flood of valid 0-byte messages or
+//! credit updates), so the work per poll is bounded: every batch of up to [`BATCH`]
+//! completions spends one unit of Tokio's cooperative budget (128 per task poll, so at most
+//! 4096 completions before the task yields), and a call without a task context (`try_read`,
+//! `try_write`, flush, the keepalive) handles at most [`PUMP_BATCHES`] batches. Completions
+//! left behind stay queued and are handled, in order, by the next call.
+
+mod close;
+mod completions;
+#[cfg(feature = "test-hooks")]
+mod hooks;
+mod post;
+mod read;
+mod region;
+mod setup;
+mod wait;
+mod write;
+
+pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build};
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::task::Waker;
+
+use crate::cm::link::CmLink;
+use crate::device::DeviceContext;
+use crate::error::StickyError;
+use crate::proto::{Connection, ProtoError, ProtoErrorKind};
+use crate::reactor::{AsyncCq, ConnWaiter, WaitYields};
+use crate::stream::region_write::LentBuffer;
+use crate::stream::side_wakers::SideWakers;
+use crate::stream::stats::StreamStats;
+use crate::stream::write_probe::WriteProbe;
+use crate::verbs::{OwnedBufferQueuePair, UserBuffer};
+
+/// The queue pair's buffers, by index.
+const SBUF: usize = 0;
+const RBUF: usize = 1;
+const TARGET_SGL: usize = 2;
+const CTRL: usize = 3;
+/// Control messages go from 16-byte slots when they cannot go inline.
+const CTRL_SLOT: usize = 16;
+const CTRL_SLOTS: usize = 4;
+/// Completions polled at once; each batch spends one unit of Tokio's budget.
+const BATCH: usize = 32;
+/// Batches one call handles at most when it has no task context to spend budget from.
+const PUMP_BATCHES: usize = 4;
+
+/// Which side of the stream is waiting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(in crate::stream) enum Side {
+    Read,
+    Write,
+}
+
+#[derive(Debug)]
+struct CoreState {
+    conn: Connection,
+    /// The first transport failure, which explains the protocol's later "failed" state.
+    transport_error: StickyError,
+    shutdown_started: bool,
+    /// Probes the peer while the writer waits for credits.
+    write_probe: WriteProbe,
+    stats: StreamStats,
+    /// Caller buffers lent to the queue pair by zero-copy writes, in post order of their last
+    /// send.
+    lent: VecDeque<LentBuffer>,
+    /// Lent buffers the device is done with, for their writes to pick up (by lend id).
+    returned: HashMap<u64, UserBuffer>,
+    /// Lend ids of writes that were dropped: their buffers are freed when they come back.
+    abandoned: HashSet<u64>,
+    /// An `ibv_post_send` failed: requests the protocol counts as outstanding may never have
+    /// been posted, so their completions (and the buffers they would free) may never come.
+    post_failed: bool,
+    /// The last look at the completion queue in this hold of the lock (every look is made
+    /// under it) found the queue empty: it returned less than a full batch. A wait then need
+    /// not look again under an arm made earlier ([`WaitHints::exclusive`](crate::reactor::WaitHints::exclusive)).
+    queue_empty: bool,
+    /// The yields of the current wait for completions, by either side.
+    yields: WaitYields,
+}
+
+/// One stream connection's queue pair, protocol state and wake-ups.
+#[derive(Debug)]
+pub(in crate::stream) struct StreamCore {
+    // Drop order: disconnect, then destroy the queue pair, then free rings and queues.
+    link: CmLink,
+    qp: OwnedBufferQueuePair,
+    cq: AsyncCq,
+    /// The reading and the writing side's registrations (indexed by [`Side`]).
+    waiters: [ConnWaiter; 2],
+    /// The tasks waiting on each side (indexed by [`Side`]).
+    wakers: [Arc<SideWakers>; 2],
+    /// What each side's registration and timers wake: every task waiting on that side.
+    side_wakers: [Waker; 2],
+    state: Mutex<CoreState>,
+    /// Threads blocked on `state`: a task that busy-polls while holding it stops spinning
+    /// when there is one (the other half of a split stream, on another worker, wants to go on).
+    lock_waiters: AtomicU32,
+}
+
+impl StreamCore {
+    pub(in crate::stream) fn new(parts: StreamParts, link: CmLink) -> io::Result<Self> {
+        let wakers: [Arc<SideWakers>; 2] = Default::default();
+        let core = StreamCore {
+            waiters: [
+                ConnWaiter::new(&parts.cq, Some(&link))?,
+                ConnWaiter::new(&parts.cq, Some(&link))?,
+            ],
+            side_wakers: [wakers[0].waker(), wakers[1].waker()],
+            wakers,
+            link,
+            qp: parts.qp,
+            cq: parts.cq,
+            state: Mutex::new(CoreState {
+                conn: parts.conn,
+                transport_error: StickyError::default(),
+                shutdown_started: false,
+                write_probe: WriteProbe::new(),
+                stats: StreamStats::default(),
+                lent: VecDeque::new(),
+                returned: HashMap::new(),
+                abandoned: HashSet::new(),
+                post_failed: false,
+                queue_empty: false,
+                yields: WaitYields::default(),
+            }),
+            lock_waiters: AtomicU32::new(0),
+        };
+        // The first SGL update (the second half of our ring) goes out at once.
+        let mut state = core.lock();
+        core.post_controls(&mut state)?;
+        drop(state);
+        Ok(core)
+    }
+
+    pub(in crate::stream) fn link(&self) -> &CmLink {
+        &self.link
+    }
+
+    /// The device context of the stream's queue pair and rings.
+    pub(in crate::stream) fn context(&self) -> DeviceContext {
+        DeviceContext::from_pd(self.qp.pd().clone())
+    }
+
+    fn lock(&self) -> MutexGuard<'_, CoreState> {
+        // Every update keeps the state consistent before anything that could panic.
+        let mut state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Counted while blocked, so that a holder spinning in `wait` lets go soon.
+                self.lock_waiters.fetch_add(1, Ordering::Relaxed);
+                let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                self.lock_waiters.fetch_sub(1, Ordering::Relaxed);
+                state
+            }
+        };
+        // Only a look made under this hold of the lock counts for its waits.
+        state.queue_empty = false;
+        state
+    }
+
+    fn wake_all(&self) {
+        for wakers in &self.wakers {
+            wakers.wake_all();
+        }
+    }
+
+    /// Records a local failure that broke the connection and returns it.
+    fn fatal(&self, state: &mut CoreState, err: io::Error) -> io::Error {
+        if !state.transport_error.is_set() {
+            tracing::warn!(parent: self.link.span(), error = %err, "connection failed");
+        }
+        state
+            .conn
+            .handle_fatal(ProtoError::new(ProtoErrorKind::SendFailed, err.to_string()));
+        state.transport_error.record(err)
+    }
+
+    /// The error a failed connection reports: the transport's cause if there was one.
+    fn failure(&self, state: &CoreState, proto: Option<ProtoError>) -> io::Error {
+        if let Some(e) = state.transport_error.report() {
+            return e;
+        }
+        match proto {
+            Some(e) if e.kind() == ProtoErrorKind::Reset => io::Error::new(
+                e.io_kind(),
+                format!(
+                    "connection with {} reset: {}",
+                    self.link.peer_addr(),
+                    e.message()
+                ),
+            ),
+            // No send failed with a status of its own (that would be the transport error
+            // above): ours were flushed because the peer disconnected. Say that, not which
+            // internal message was in flight.
+            Some(e) if e.kind() == ProtoErrorKind::SendFailed && self.link.is_disconnected() => {
+                io::Error::new(
+                    e.io_kind(),
+                    format!(
+                        "connection with {} reset: the peer disconnected while our sends were \
+                         in flight (they were flushed)",
+                        self.link.peer_addr()
+                    ),
+                )
+            }
+            Some(e) => e.into(),
+            None => io::Error::new(
+                io::ErrorKind::BrokenPipe,
+                format!(
+                    "connection to {} is closed for writing",
+                    self.link.peer_addr()
+                ),
+            ),
+        }
+    }
+
+    pub(in crate::stream) fn stats(&self) -> StreamStats {
+        let mut stats = self.lock().stats;
+        stats.busy_polls_yielded = self.cq.spins_yielded();
+        stats.waits_yielded = self.cq.waits_yielded();
+        stats
+    }
+}

@@ -1,0 +1,206 @@
+//! Posting: the work requests the protocol plans (data writes, control messages, window
+//! binds) go into a send chain, which reaches the device with one `ibv_post_send`.
+
+use std::io;
+
+use crate::proto::DataWrite;
+use crate::stream::gather::Gather;
+use crate::stream::lending_ring::WINDOW_RANGE;
+use crate::verbs::{Opcode, Payload, Segment, SendChain, WorkRequest};
+
+use super::{CTRL, CTRL_SLOT, CoreState, RBUF, SBUF, StreamCore};
+
+impl StreamCore {
+    /// Posts every control message the protocol has due (credits, buffer grants, CTRL), with
+    /// one `ibv_post_send`.
+    pub(super) fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
+        if !state.conn.control_wanted() {
+            return Ok(()); // most calls: nothing is due
+        }
+        let mut chain = SendChain::new(&self.qp);
+        self.push_due_controls(state, &mut chain)?;
+        self.post_chain(state, &mut chain)
+    }
+
+    /// Adds every control message the protocol has due to `chain`.
+    #[inline]
+    pub(super) fn push_controls(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+    ) -> io::Result<()> {
+        if !state.conn.control_wanted() {
+            return Ok(()); // most calls: nothing is due
+        }
+        self.push_due_controls(state, chain)
+    }
+
+    /// [`Self::push_controls`] once something is due: out of line, as most calls find nothing.
+    #[inline(never)]
+    pub(super) fn push_due_controls(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+    ) -> io::Result<()> {
+        while let Some(cw) = state.conn.poll_control() {
+            if let Some(bind) = cw.bind {
+                // Posted alone, after what was planned before it, so the window's new key can
+                // be recorded once the provider has read the old one.
+                self.post_chain(state, chain)?;
+                let target = (RBUF, WINDOW_RANGE[bind.half]);
+                if let Err(e) = self.qp.post_bind(bind.wr_id, bind.half, target, bind.rkey) {
+                    state.post_failed = true;
+                    return Err(self.fatal(state, e));
+                }
+                state.stats.post_send_calls += 1;
+            }
+            let segment;
+            let bytes = cw.payload.unwrap_or_default();
+            let payload = match cw.payload {
+                Some(_) if cw.inline => Payload::Inline(&bytes),
+                Some(_) => {
+                    let offset = cw.ctrl_slot * CTRL_SLOT;
+                    self.qp.buffer(CTRL).write_at(offset, &bytes)?;
+                    segment = [Segment {
+                        buffer: CTRL,
+                        offset,
+                        len: bytes.len(),
+                    }];
+                    Payload::Segments(&segment)
+                }
+                None => Payload::Empty,
+            };
+            let req = WorkRequest {
+                wr_id: cw.wr_id,
+                opcode: Opcode::Write {
+                    remote_addr: cw.remote_addr,
+                    rkey: cw.rkey,
+                    imm: cw.imm,
+                },
+                payload,
+                signaled: cw.signaled,
+            };
+            self.push(state, chain, &req)?;
+            state.stats.control_writes += 1;
+            state.stats.signaled_sends += u64::from(cw.signaled);
+        }
+        Ok(())
+    }
+
+    /// Adds `req` to `chain` (which posts what it holds first when full). Requests go to the
+    /// device in the order the protocol planned them, so nothing else may post while a chain
+    /// holds some. A failure ends the connection.
+    pub(super) fn push(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+        req: &WorkRequest<'_>,
+    ) -> io::Result<()> {
+        let posts = chain.posts();
+        let pushed = chain.push(req);
+        state.stats.post_send_calls += chain.posts() - posts;
+        pushed.map_err(|e| {
+            state.post_failed = true;
+            self.fatal(state, e)
+        })
+    }
+
+    /// Posts what `chain` holds with one `ibv_post_send`; a failure ends the connection.
+    pub(super) fn post_chain(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+    ) -> io::Result<()> {
+        if chain.is_empty() {
+            return Ok(()); // most calls: nothing was due
+        }
+        let posts = chain.posts();
+        let posted = chain.post();
+        state.stats.post_send_calls += chain.posts() - posts;
+        posted.map_err(|e| {
+            state.post_failed = true;
+            self.fatal(state, e)
+        })
+    }
+
+    /// Takes the data write `write`'s bytes from `source`, copied into the send ring or sent
+    /// inline, and adds the write to `chain`.
+    pub(super) fn push_data(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+        write: &DataWrite,
+        source: &mut Gather<'_>,
+    ) -> io::Result<()> {
+        if write.len > source.remaining() {
+            let err = io::Error::other("a chunk was planned longer than the bytes left to write");
+            return Err(self.fatal(state, err));
+        }
+        if write.inline {
+            let gathered;
+            let bytes = match source.take_contiguous(write.len) {
+                Some(bytes) => bytes,
+                // Spread over several of the call's buffers: the device takes inline bytes as
+                // one range. Rare: only small vectored writes go inline.
+                None => {
+                    gathered = source.take_vec(write.len);
+                    &gathered[..]
+                }
+            };
+            return self.push_data_write(state, chain, write, Payload::Inline(bytes));
+        }
+        let mut segments = [Segment {
+            buffer: SBUF,
+            offset: 0,
+            len: 0,
+        }; 2];
+        let ring = write.sbuf.as_slice();
+        for (dst, seg) in segments.iter_mut().zip(ring) {
+            let mut at = seg.offset;
+            while at < seg.offset + seg.len {
+                // Not empty: the source holds at least the chunk's bytes (checked above).
+                let piece = source.next_piece(seg.offset + seg.len - at);
+                self.qp.buffer(SBUF).write_at(at, piece)?;
+                at += piece.len();
+            }
+            *dst = Segment {
+                buffer: SBUF,
+                offset: seg.offset,
+                len: seg.len,
+            };
+        }
+        self.push_data_write(
+            state,
+            chain,
+            write,
+            Payload::Segments(&segments[..ring.len()]),
+        )
+    }
+
+    /// Adds the data write `write` (an RDMA write with its DATA immediate) from `payload` to
+    /// `chain`; a failure ends the connection.
+    pub(super) fn push_data_write(
+        &self,
+        state: &mut CoreState,
+        chain: &mut SendChain<'_>,
+        write: &DataWrite,
+        payload: Payload<'_>,
+    ) -> io::Result<()> {
+        let req = WorkRequest {
+            wr_id: write.wr_id,
+            opcode: Opcode::Write {
+                remote_addr: write.remote_addr,
+                rkey: write.rkey,
+                imm: Some(write.imm),
+            },
+            payload,
+            signaled: write.signaled,
+        };
+        self.push(state, chain, &req)?;
+        state.stats.data_writes += 1;
+        state.stats.inline_writes += u64::from(matches!(payload, Payload::Inline(_)));
+        state.stats.signaled_sends += u64::from(write.signaled);
+        state.stats.bytes_sent += write.len as u64;
+        Ok(())
+    }
+}

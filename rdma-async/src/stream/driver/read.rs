@@ -1,0 +1,251 @@
+//! The reading side: copying readable bytes out of the receive ring, or lending them in place.
+
+use std::future::poll_fn;
+use std::io;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::ReadBuf;
+use tokio::task::coop;
+
+use crate::proto::{LendStep, ReadStatus};
+use crate::stream::lending_ring::INITIAL_RANGE;
+use crate::stream::lent_bytes::LentBytes;
+use crate::stream::side_wakers::{Reading, Waiter};
+
+use super::{CoreState, RBUF, Side, StreamCore};
+
+/// What [`StreamCore::poll_lend`] found.
+enum LendOutcome {
+    /// Bytes of the ring to view: nothing but the CPU can write them until consumed.
+    View { offset: usize, len: usize },
+    /// Bytes copied out and consumed (empty: end of stream).
+    Copied(Vec<u8>),
+}
+
+impl StreamCore {
+    /// Copies readable bytes into `buf`, consuming them unless `peek`.
+    pub(super) fn copy_out(
+        &self,
+        state: &mut CoreState,
+        buf: &mut ReadBuf<'_>,
+        peek: bool,
+    ) -> io::Result<()> {
+        let ring = self.qp.buffer(RBUF);
+        self.take_readable(state, buf.remaining(), peek, |offset, n| {
+            ring.read_at(offset, &mut buf.initialize_unfilled_to(n)[..n])?;
+            buf.advance(n);
+            Ok(())
+        })
+    }
+
+    /// Copies up to `max` readable bytes to the end of `out` and consumes them.
+    pub(super) fn copy_out_to_vec(
+        &self,
+        state: &mut CoreState,
+        max: usize,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let ring = self.qp.buffer(RBUF);
+        self.take_readable(state, max, false, |offset, n| {
+            ring.append_to(offset, n, out)
+        })
+    }
+
+    /// Hands up to `max` readable bytes, piece by piece (ring offset, length), to `put`; then,
+    /// unless peeking, consumes them.
+    pub(super) fn take_readable(
+        &self,
+        state: &mut CoreState,
+        max: usize,
+        peek: bool,
+        mut put: impl FnMut(usize, usize) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut taken = 0;
+        for seg in state.conn.readable_segments().as_slice() {
+            let n = seg.len.min(max - taken);
+            if n == 0 {
+                break;
+            }
+            put(seg.offset, n)?;
+            taken += n;
+        }
+        if !peek {
+            state.conn.consume(taken).map_err(io::Error::from)?;
+            state.stats.bytes_received += taken as u64;
+            // Consuming is what returns credits and buffer halves to the peer.
+            self.post_controls(state)?;
+        }
+        Ok(())
+    }
+
+    /// Waits for readable bytes and hands out up to `max` of them, lent when their half of the
+    /// ring can be (the peer's access to it is revoked first), copied out otherwise (their half
+    /// is still being filled, or the ring was not set up for lending).
+    ///
+    /// With `whole`, it first waits for the whole piece: `max` bytes, or the bytes to the end
+    /// of the half if fewer; end of stream before that is `UnexpectedEof`.
+    fn poll_lend(
+        &self,
+        cx: &mut Context<'_>,
+        max: usize,
+        whole: bool,
+    ) -> Poll<io::Result<LendOutcome>> {
+        let coop = ready!(coop::poll_proceed(cx));
+        let mut state = self.lock();
+        let outcome = loop {
+            ready!(self.pump(&mut state, Some(cx), Reading::PollFn))?;
+            if whole && state.conn.read_status_len() < max.min(state.conn.lend_limit()) {
+                match state.conn.read_status() {
+                    ReadStatus::Failed(e) => {
+                        return Poll::Ready(Err(self.failure(&state, Some(e))));
+                    }
+                    ReadStatus::Eof => {
+                        return Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!(
+                                "{} closed the stream before the {max} bytes asked for came",
+                                self.link.peer_addr()
+                            ),
+                        )));
+                    }
+                    ReadStatus::Data(_) | ReadStatus::Blocked => {
+                        ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?;
+                        continue;
+                    }
+                }
+            }
+            match state.conn.lend() {
+                LendStep::Ready { offset, len } => {
+                    break LendOutcome::View {
+                        offset,
+                        len: len.min(max),
+                    };
+                }
+                LendStep::Copy => {
+                    let len = state.conn.read_status_len().min(max);
+                    let mut bytes = Vec::with_capacity(len);
+                    self.copy_out_to_vec(&mut state, len, &mut bytes)?;
+                    break LendOutcome::Copied(bytes);
+                }
+                LendStep::Deregister { half, key } => {
+                    if let Err(e) = self.qp.deregister_range(RBUF, INITIAL_RANGE[half]) {
+                        return Poll::Ready(Err(self.fatal(&mut state, e)));
+                    }
+                    state.conn.deregistered(half, key);
+                }
+                LendStep::Invalidate { wr_id, half, key } => {
+                    if let Err(e) = self.qp.post_invalidate(wr_id, half, key) {
+                        state.post_failed = true;
+                        return Poll::Ready(Err(self.fatal(&mut state, e)));
+                    }
+                    state.stats.post_send_calls += 1;
+                    state.stats.signaled_sends += 1;
+                }
+                LendStep::Wait => {
+                    ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?;
+                }
+                LendStep::Empty => match state.conn.read_status() {
+                    ReadStatus::Eof
+                        if state.transport_error.is_set() && state.conn.is_disconnected() =>
+                    {
+                        return Poll::Ready(Err(self.failure(&state, None)));
+                    }
+                    ReadStatus::Eof => break LendOutcome::Copied(Vec::new()),
+                    ReadStatus::Failed(e) => {
+                        return Poll::Ready(Err(self.failure(&state, Some(e))));
+                    }
+                    // Data appeared since `lend` looked: look again.
+                    ReadStatus::Data(_) => {}
+                    ReadStatus::Blocked => {
+                        ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?;
+                    }
+                },
+            }
+        };
+        coop.made_progress();
+        Poll::Ready(Ok(outcome))
+    }
+
+    /// See [`crate::stream::RStream::read_lent`].
+    pub(in crate::stream) async fn read_lent(
+        &self,
+        max: usize,
+        whole: bool,
+    ) -> io::Result<LentBytes<'_>> {
+        match poll_fn(|cx| self.poll_lend(cx, max, whole)).await? {
+            LendOutcome::Copied(bytes) => Ok(LentBytes::copied(bytes)),
+            LendOutcome::View { offset, len } => {
+                let view = self.qp.view(RBUF, offset, len).map_err(|e| {
+                    let mut state = self.lock();
+                    self.fatal(&mut state, e)
+                })?;
+                Ok(LentBytes::lent(view, self))
+            }
+        }
+    }
+
+    /// Lent bytes came back: consumed, which may return ring space and credits to the peer.
+    pub(in crate::stream) fn consume_lent(&self, len: usize) {
+        let mut state = self.lock();
+        if let Err(e) = state.conn.consume(len) {
+            tracing::warn!(parent: self.link.span(), error = %e, "giving lent bytes back");
+            return;
+        }
+        state.stats.bytes_received += len as u64;
+        state.stats.lent_bytes += len as u64;
+        // An error ends the connection; the next call reports it.
+        let _ = self.post_controls(&mut state);
+    }
+
+    /// Reads (or peeks) into `buf`; with no `cx`, returns `WouldBlock` instead of waiting.
+    pub(super) fn read(
+        &self,
+        mut cx: Option<&mut Context<'_>>,
+        buf: &mut ReadBuf<'_>,
+        peek: bool,
+    ) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        loop {
+            // Like rsockets' rrecv, the queue is polled only when nothing is readable: bytes a
+            // batch of completions delivered are read without polling it again for each read.
+            if state.conn.read_status_len() == 0 {
+                ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
+            }
+            match state.conn.read_status() {
+                ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),
+                // Our own sends failed (not merely flushed): report that, not end-of-stream.
+                ReadStatus::Eof
+                    if state.transport_error.is_set() && state.conn.is_disconnected() =>
+                {
+                    return Poll::Ready(Err(self.failure(&state, None)));
+                }
+                ReadStatus::Eof => return Poll::Ready(Ok(())),
+                ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
+                ReadStatus::Blocked => match cx.as_deref_mut() {
+                    Some(cx) => ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?,
+                    None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
+                },
+            }
+        }
+    }
+
+    pub(in crate::stream) fn poll_read(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+        peek: bool,
+    ) -> Poll<io::Result<()>> {
+        let coop = ready!(coop::poll_proceed(cx));
+        let result = ready!(self.read(Some(cx), buf, peek));
+        coop.made_progress();
+        Poll::Ready(result)
+    }
+
+    /// Reads without waiting: `WouldBlock` when nothing is buffered.
+    pub(in crate::stream) fn try_read(&self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
+        match self.read(None, buf, false) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Setting a stream up: the queue pair, its registered rings and the protocol state, and the
+//! exchange of rsockets connection data.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use crate::proto::{
+    ConnData, Connection, LocalLayout, ProtoError, TARGET_SGL_BYTES, WR_ID_RECV_FLAG,
+};
+use crate::reactor::AsyncCq;
+use crate::stream::lending_ring::{WINDOW_WRS, lending_ring};
+use crate::stream::options::RStreamOptions;
+use crate::verbs::{Access, CmId, OwnedBufferQueuePair, QpCaps, RegisteredBuffer};
+
+use super::{CTRL_SLOT, CTRL_SLOTS};
+
+/// What the handshake builds before connecting or accepting.
+pub(in crate::stream) struct StreamParts {
+    pub(super) qp: OwnedBufferQueuePair,
+    pub(super) cq: AsyncCq,
+    pub(super) conn: Connection,
+}
+
+/// Creates the queue pair, rings and protocol state on `id`'s device; returns them with the
+/// 40-byte rsockets connection data to send.
+pub(in crate::stream) fn build(
+    id: &Arc<CmId>,
+    opts: &RStreamOptions,
+) -> io::Result<(StreamParts, Option<Vec<u8>>)> {
+    let config = opts.config();
+    let pd = opts.dial.context_for(id)?.pd().clone();
+    let async_cq = AsyncCq::create(id, config.sq_size() + config.rq_size(), opts.busy_poll)?;
+    let cq = async_cq.queue();
+    let remote_write = Access {
+        remote_write: true,
+        ..Access::default()
+    };
+    let sbuf = RegisteredBuffer::new(pd.clone(), config.sbuf_size() as usize, Access::default())?;
+    let (rbuf, windows, ring_keys) = if opts.zero_copy_reads {
+        lending_ring(&pd, config.rbuf_size() as usize)?
+    } else {
+        let rbuf = RegisteredBuffer::new(pd.clone(), config.rbuf_size() as usize, remote_write)?;
+        (rbuf, Vec::new(), None)
+    };
+    let target_sgl = RegisteredBuffer::new(pd.clone(), TARGET_SGL_BYTES, remote_write)?;
+    let ctrl = RegisteredBuffer::new(pd.clone(), CTRL_SLOT * CTRL_SLOTS, Access::default())?;
+    let layout = LocalLayout {
+        rbuf_addr: rbuf.addr(0),
+        rbuf_rkey: rbuf.rkey(),
+        target_sgl_addr: target_sgl.addr(0),
+        target_sgl_rkey: target_sgl.rkey(),
+        ring_keys,
+    };
+    // Room for the window binds and invalidations besides rsockets' own sends.
+    let window_wrs = if ring_keys.is_some() { WINDOW_WRS } else { 0 };
+    let caps = QpCaps {
+        max_send_wr: config.sq_size() + window_wrs,
+        max_recv_wr: config.rq_size(),
+        max_inline_data: config.inline_size(),
+        max_send_sge: 2,
+    };
+    let qp = OwnedBufferQueuePair::new(
+        id.clone(),
+        pd,
+        cq.clone(),
+        cq.clone(),
+        caps,
+        vec![sbuf, rbuf, target_sgl, ctrl],
+        windows,
+    )?;
+    // The provider may grant more inline room than asked; rsockets uses what it got.
+    let config = config.with_inline_size(qp.max_inline_data());
+    let conn = Connection::new(config, layout);
+    // RDMA writes with immediate need receives without buffers; all are posted before the
+    // peer can send anything.
+    qp.post_empty_recvs(WR_ID_RECV_FLAG, config.rq_size() as usize)?;
+    let conn_data = conn.local_conn_data().encode().to_vec();
+    Ok((
+        StreamParts {
+            qp,
+            cq: async_cq,
+            conn,
+        },
+        Some(conn_data),
+    ))
+}
+
+/// Decodes and applies the peer's connection data.
+pub(in crate::stream) fn apply_peer_conn_data(
+    parts: &mut StreamParts,
+    data: &[u8],
+    peer: SocketAddr,
+) -> io::Result<()> {
+    let peer_data = ConnData::decode(data).map_err(|e| invalid_conn_data(e, peer))?;
+    parts
+        .conn
+        .handle_peer_conn_data(&peer_data)
+        .map_err(|e| invalid_conn_data(e, peer))
+}
+
+fn invalid_conn_data(err: ProtoError, peer: SocketAddr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{peer} sent invalid rsockets connection data: {err}"),
+    )
+}

@@ -1,0 +1,174 @@
+//! Waiting: sleeping until a completion or a CM event may have changed the state, and
+//! readiness for either side.
+
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::io;
+use std::task::{Context, Poll, ready};
+
+use tokio::task::coop;
+
+use crate::proto::{ReadStatus, WriteBlocked, WriteError};
+use crate::reactor::{BeforeSleep, WaitHints, Woken};
+use crate::stream::side_wakers::{Polling, Reading, Waiter};
+use crate::verbs::CompletionBatch;
+
+use super::{BATCH, CoreState, Side, StreamCore};
+
+impl StreamCore {
+    /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
+    /// again), or registers `cx` as `waiter` on `side` to be woken (`Pending`).
+    pub(super) fn wait(
+        &self,
+        state: &mut CoreState,
+        side: Side,
+        cx: &mut Context<'_>,
+        waiter: Waiter<'_, '_>,
+    ) -> Poll<io::Result<()>> {
+        let reading = waiter.reading_on(side);
+        let task = cx.waker();
+        // Registered only once the wait is about to sleep: a wait that finds completions or
+        // yields is polled again without it.
+        let waiter = Cell::new(Some(waiter));
+        let register = || {
+            if let Some(waiter) = waiter.take() {
+                self.wakers[side as usize].register(waiter, task);
+            }
+        };
+        // The registration wakes every waiter of the side, not only this task.
+        let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
+        let mut batch = CompletionBatch::<BATCH>::new();
+        let registration = &self.waiters[side as usize];
+        // Every caller looks at the queue (`pump`, or the batch of an earlier wait) before it
+        // waits, so the wait need not look again before spinning or arming; both sides wait
+        // under this lock, so neither needs to look again under an arm made earlier after a
+        // look that found the queue empty.
+        let hints = WaitHints {
+            lock_waiters: Some(&self.lock_waiters),
+            just_polled: true,
+            exclusive: state.queue_empty,
+            yields: Some(&state.yields),
+            task: Some(task),
+            before_sleep: Some(BeforeSleep(&register)),
+        };
+        let polled =
+            registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
+        // A wait that returns nothing ended with a look that found nothing, or needed none
+        // (or ran out of budget before looking: this hold of the lock ends here).
+        state.queue_empty = match &polled {
+            Poll::Pending => true,
+            Poll::Ready(Woken::Completions(Ok(n))) => *n < BATCH,
+            Poll::Ready(_) => false,
+        };
+        match ready!(polled) {
+            Woken::Completions(Ok(_)) => {
+                let reader = (reading != Reading::No).then_some(Polling {
+                    waker: task,
+                    reading,
+                });
+                Poll::Ready(self.handle(state, batch.as_slice(), reader))
+            }
+            Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
+            // Not an orderly close: readers get the removal, never EOF.
+            Woken::Closed(Ok(())) if self.link.is_device_removed() => {
+                let err = self.fatal(state, self.link.closed_error(false));
+                self.wake_all();
+                Poll::Ready(Err(err))
+            }
+            Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
+                tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
+                // Whatever the peer sent before it disconnected is in the queue by now: handle
+                // all of it first, or a read could see end-of-stream ahead of the last bytes.
+                self.drain(state)?;
+                state.conn.handle_disconnected();
+                self.wake_all();
+                Poll::Ready(Ok(()))
+            }
+            // Already disconnected and still blocked: nothing more will arrive.
+            Woken::Closed(Ok(())) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::ConnectionReset,
+                format!("connection closed by {}", self.link.peer_addr()),
+            ))),
+        }
+    }
+
+    /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
+    /// peer meanwhile (see [`WriteProbe`](crate::stream::write_probe::WriteProbe)): a dead peer then fails the probe and the writer.
+    /// `blocked`: why nothing can be written, counted in the stats once per wait (`None`: the
+    /// writer waits for something else, a lent buffer's return).
+    pub(super) fn wait_to_write(
+        &self,
+        state: &mut CoreState,
+        cx: &mut Context<'_>,
+        waiter: Waiter<'_, '_>,
+        blocked: Option<WriteBlocked>,
+    ) -> Poll<io::Result<()>> {
+        // A wait yields and is polled again; only its first poll counts.
+        if let Some(reason) = blocked
+            && !state.write_probe.waiting()
+        {
+            state.stats.count_writer_wait(reason);
+        }
+        // The timer wakes every writer, so whichever polls next sends the probe.
+        let mut side_cx = Context::from_waker(&self.side_wakers[Side::Write as usize]);
+        if state.write_probe.poll_due(&mut side_cx) {
+            tracing::trace!(parent: self.link.span(), "writer blocked on credits: probing the peer");
+            state.conn.queue_keepalive();
+            state.stats.write_probes += 1;
+            self.post_controls(state)?;
+        }
+        self.wait(state, Side::Write, cx, waiter)
+    }
+
+    /// Waits until a read would not block (data, EOF or an error). Only the waker of the most
+    /// recent call on the reading side (this or `poll_read`) is woken.
+    pub(in crate::stream) fn poll_read_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_ready(Side::Read, cx, Waiter::Poll)
+    }
+
+    /// Waits until a write would not block (room to send, or an error to report). Only the
+    /// waker of the most recent call on the writing side is woken.
+    pub(in crate::stream) fn poll_write_ready(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.poll_ready(Side::Write, cx, Waiter::Poll)
+    }
+
+    /// Waits until `side` would not block; every task awaiting this at once is woken.
+    pub(in crate::stream) async fn ready(&self, side: Side) -> io::Result<()> {
+        let mut registration = self.wakers[side as usize].registration();
+        poll_fn(|cx| {
+            let coop = ready!(coop::poll_proceed(cx));
+            let result = ready!(self.poll_ready(side, cx, Waiter::Future(&mut registration)));
+            coop.made_progress();
+            Poll::Ready(result)
+        })
+        .await
+    }
+
+    pub(super) fn poll_ready(
+        &self,
+        side: Side,
+        cx: &mut Context<'_>,
+        mut waiter: Waiter<'_, '_>,
+    ) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        loop {
+            ready!(self.pump(&mut state, Some(&mut *cx), waiter.reading_on(side)))?;
+            let waiter = waiter.reborrow();
+            match side {
+                Side::Read if state.conn.read_status() == ReadStatus::Blocked => {
+                    ready!(self.wait(&mut state, side, cx, waiter))?;
+                }
+                Side::Write => match state.conn.write_readiness() {
+                    Err(WriteError::Blocked(reason)) => {
+                        ready!(self.wait_to_write(&mut state, cx, waiter, Some(reason)))?;
+                    }
+                    _ => {
+                        state.write_probe.disarm();
+                        return Poll::Ready(Ok(()));
+                    }
+                },
+                Side::Read => return Poll::Ready(Ok(())),
+            }
+        }
+    }
+}

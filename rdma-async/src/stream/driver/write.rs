@@ -1,0 +1,128 @@
+//! The writing side: copying the caller's bytes into the send ring (or inline), flushing and
+//! shutting down.
+
+use std::io;
+use std::task::{Context, Poll, ready};
+
+use tokio::task::coop;
+
+use crate::proto::{WriteCall, WriteError};
+use crate::stream::gather::Gather;
+use crate::stream::side_wakers::{Reading, Waiter};
+use crate::verbs::SendChain;
+
+use super::{Side, StreamCore};
+
+impl StreamCore {
+    /// Writes from `bufs` in order, as much as fits now; with no `cx`, returns `WouldBlock`
+    /// instead of waiting when nothing fits.
+    pub(super) fn write(
+        &self,
+        mut cx: Option<&mut Context<'_>>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let mut state = self.lock();
+        // Like rsockets' rsend, completions are reaped only once the write cannot go on: a
+        // write that can post goes straight to the device (a 64 B round trip polled the queue
+        // for nothing here first).
+        let mut pumped = false;
+        let mut written = 0;
+        // Every chunk of the call, and the control messages due after them, go to the device
+        // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
+        // below, so the chain is empty whenever it does.
+        let mut chain = SendChain::new(&self.qp);
+        // The call's buffers are one run of bytes (see `Gather`): rsockets ramps chunk sizes up
+        // from 2 KiB in every write call; we send the largest chunks at once (fewer work
+        // requests; the peer cannot tell the difference).
+        let mut source = Gather::new(bufs);
+        let mut call = WriteCall::largest();
+        while source.remaining() > 0 {
+            match state.conn.prepare_write(&mut call, source.remaining()) {
+                Ok(write) => {
+                    self.push_data(&mut state, &mut chain, &write, &mut source)?;
+                    state.write_probe.disarm();
+                    written += write.len;
+                }
+                Err(_) if written > 0 => break,
+                Err(_) if !pumped => {
+                    debug_assert!(chain.is_empty(), "a write waits with chunks unposted");
+                    pumped = true;
+                    ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
+                }
+                Err(WriteError::Blocked(reason)) => match cx.as_deref_mut() {
+                    Some(cx) => {
+                        ready!(self.wait_to_write(&mut state, cx, Waiter::Poll, Some(reason)))?
+                    }
+                    None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
+                },
+                Err(WriteError::Closed) => return Poll::Ready(Err(self.failure(&state, None))),
+                Err(WriteError::Failed(e)) => {
+                    return Poll::Ready(Err(self.failure(&state, Some(e))));
+                }
+            }
+        }
+        self.push_controls(&mut state, &mut chain)?;
+        self.post_chain(&mut state, &mut chain)?;
+        Poll::Ready(Ok(written))
+    }
+
+    pub(in crate::stream) fn poll_write(
+        &self,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Poll::Ready(Ok(0));
+        }
+        let coop = ready!(coop::poll_proceed(cx));
+        let result = ready!(self.write(Some(cx), bufs));
+        coop.made_progress();
+        Poll::Ready(result)
+    }
+
+    /// Writes without waiting: `WouldBlock` when nothing fits now.
+    pub(in crate::stream) fn try_write(&self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        if bufs.iter().all(|b| b.is_empty()) {
+            return Ok(0);
+        }
+        match self.write(None, bufs) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+
+    /// Everything written is already posted: this only posts control messages that are due,
+    /// and reports a failure already known. Like `TcpStream`'s, it does not look for new ones:
+    /// a send that failed is reported by the next read, or by the write that waits for the
+    /// ring space or credits it holds. (Reaping completions here cost a completion-queue poll
+    /// on every flush, a tenth of the instructions of a streamed 64 B message.)
+    pub(in crate::stream) fn poll_flush(&self) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        if let Some(e) = state.conn.error().cloned() {
+            return Poll::Ready(Err(self.failure(&state, Some(e))));
+        }
+        self.post_controls(&mut state)?;
+        Poll::Ready(Ok(()))
+    }
+
+    /// Sends rsockets' SHUTDOWN (or DISCONNECT when reading is over too) and waits until every
+    /// send completed. The peer reads EOF and may keep writing to us.
+    pub(in crate::stream) fn poll_shutdown(&self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut state = self.lock();
+        if !state.shutdown_started {
+            state.shutdown_started = true;
+            state.conn.shutdown_write();
+        }
+        loop {
+            ready!(self.pump(&mut state, Some(&mut *cx), Reading::No))?;
+            self.post_controls(&mut state)?;
+            if state.conn.all_sends_done() || state.conn.is_disconnected() {
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(e) = state.conn.error().cloned() {
+                return Poll::Ready(Err(self.failure(&state, Some(e))));
+            }
+            ready!(self.wait(&mut state, Side::Write, cx, Waiter::Poll))?;
+        }
+    }
+}
