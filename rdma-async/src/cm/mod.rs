@@ -16,7 +16,11 @@
 //! | `CONNECT_ERROR`, `DISCONNECTED` during the handshake | `ConnectionAborted` |
 //! | `DISCONNECTED` on an established connection | reads: `ConnectionReset`; writes: `BrokenPipe` |
 
+// Besides the futures: the wait on an established connection. `ConnWaiter` sleeps until its
+// completion queue or its rdma_cm channel (`CmWatch`) has something; `SlotQueue` is a work queue
+// of registered slots built on it (`Endpoint`'s and `RDatagram`'s queues).
 pub(crate) mod accept_failure;
+mod conn_waiter;
 mod error;
 mod events;
 pub(crate) mod handshake;
@@ -30,7 +34,10 @@ pub(crate) mod peer_warnings;
 mod reject_reason;
 mod request;
 pub(crate) mod resolve;
+mod slot_queue;
+mod watch;
 
+pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub use error::CmError;
 #[cfg(any(test, feature = "fuzzing"))]
 pub(crate) use error::event_error;
@@ -44,3 +51,5 @@ pub use params::{
 #[doc(hidden)]
 pub use parked::{ParkedConnect, ParkedOutcome};
 pub use request::ConnectRequest;
+pub(crate) use slot_queue::{SlotQueue, Slots};
+pub(crate) use watch::CmWatch;

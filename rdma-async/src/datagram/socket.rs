@@ -21,8 +21,9 @@ use super::sidr::{resolve_peer, udp_id};
 use super::stats::{Counters, DatagramStats};
 use crate::cm::IdOptions;
 use crate::cm::resolve::{each_addr, resolve};
+use crate::cm::{SlotQueue, Slots};
 use crate::error;
-use crate::reactor::{AsyncCq, SlotQueue, Slots};
+use crate::reactor::AsyncCq;
 use crate::verbs::{
     AddressHandle, AddressHandles, GRH_LEN, UdCaps, UdParam, UdQueuePair, UdSend, WcStatus,
     WorkCompletion, port_mtu,

@@ -16,8 +16,9 @@ use tokio::net::ToSocketAddrs;
 use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
+use crate::cm::{SlotQueue, Slots};
 use crate::error::{self, wc_error};
-use crate::reactor::{AsyncCq, SlotQueue, Slots};
+use crate::reactor::AsyncCq;
 use crate::verbs::{
     Access, CmId, Opcode, OwnedBufferQueuePair, Payload, QpCaps, RegisteredBuffer, Segment,
     WcStatus, WorkCompletion, WorkRequest,

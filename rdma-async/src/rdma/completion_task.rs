@@ -20,8 +20,9 @@ use tokio::task::coop;
 use super::reaping::Reaping;
 use super::srq::SharedReceiveQueue;
 use crate::cm::link::CmLink;
+use crate::cm::{ConnWaiter, Woken};
 use crate::error::{StickyError, wc_error};
-use crate::reactor::{AsyncCq, ConnWaiter, WaitHints, Woken};
+use crate::reactor::{AsyncCq, WaitHints};
 use crate::verbs::{
     CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable, Posted,
     ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,

@@ -7,7 +7,7 @@
 use std::collections::VecDeque;
 
 /// The posting order of a send queue's slots and how many sends went unsignaled since the last
-/// signaled one. Kept under the queue's lock, beside its [`super::Slots`].
+/// signaled one. Kept under the queue's lock, beside its [`Slots`](crate::cm::Slots).
 #[derive(Debug, Default)]
 pub(crate) struct SendOrder {
     /// Slots posted and not yet known to be done, oldest first.

@@ -35,11 +35,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::Waker;
 
+use crate::cm::ConnWaiter;
 use crate::cm::link::CmLink;
 use crate::device::DeviceContext;
 use crate::error::StickyError;
 use crate::proto::{Connection, ProtoError, ProtoErrorKind};
-use crate::reactor::{AsyncCq, ConnWaiter, WaitYields};
+use crate::reactor::{AsyncCq, WaitYields};
 use crate::stream::region_write::LentBuffer;
 use crate::stream::side_wakers::SideWakers;
 use crate::stream::stats::StreamStats;

@@ -8,8 +8,9 @@ use std::task::{Context, Poll, ready};
 
 use tokio::task::coop;
 
+use crate::cm::Woken;
 use crate::proto::{ReadStatus, WriteBlocked, WriteError};
-use crate::reactor::{BeforeSleep, WaitHints, Woken};
+use crate::reactor::{BeforeSleep, WaitHints};
 use crate::stream::side_wakers::{Polling, Reading, Waiter};
 use crate::verbs::CompletionBatch;
 

@@ -8,9 +8,10 @@ use std::io;
 
 use tokio::sync::{Mutex, MutexGuard};
 
-use super::{AsyncCq, ConnWaiter, SendOrder, Woken};
-use crate::cm::link::CmLink;
+use super::link::CmLink;
+use super::{ConnWaiter, Woken};
 use crate::error::StickyError;
+use crate::reactor::{AsyncCq, SendOrder};
 use crate::verbs::{CompletionBatch, WorkCompletion};
 
 /// Completions polled at once.

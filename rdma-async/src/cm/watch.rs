@@ -13,8 +13,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use super::FdWaiter;
-use crate::cm::link::CmLink;
+use super::link::CmLink;
+use crate::reactor::FdWaiter;
 
 /// No registration is known to be in place.
 const NOT_REGISTERED: u64 = u64::MAX;

@@ -5,8 +5,9 @@ use std::future::poll_fn;
 use std::io;
 use std::task::{Context, Poll};
 
-use super::{AsyncCq, BeforeSleep, CmWatch, FdWaiter, WaitHints};
-use crate::cm::link::CmLink;
+use super::CmWatch;
+use super::link::CmLink;
+use crate::reactor::{AsyncCq, BeforeSleep, FdWaiter, WaitHints};
 use crate::verbs::CompletionBatch;
 
 /// What ended a wait.
