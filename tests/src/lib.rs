@@ -1,14 +1,19 @@
 //! Helpers shared by the device tests, one concept a module: addresses ([`addr`]), test data
-//! ([`data`]), bound sockets ([`sockets`]) and connected pairs ([`pairs`]), librdmacm's C tools
-//! and other programs ([`tools`]), unmodified programs over rsockets ([`preload`]), and RDMA
-//! resource counts for the leak tests ([`leaks`]). The common ones are re-exported here.
+//! ([`data`]), bound sockets ([`sockets`]) and connected pairs ([`pairs`]), what tests do to a
+//! connected stream ([`streams`]), librdmacm's C tools and other programs ([`tools`]),
+//! unmodified programs over rsockets ([`preload`]), and RDMA resource counts for the leak tests
+//! ([`leaks`]). The common ones are re-exported here, with the hang guard and the checks of an
+//! error that every test binary uses.
 
 pub mod wire;
 
+use std::future::Future;
 use std::io;
+use std::pin::Pin;
+use std::task::Poll;
+use std::time::Duration;
 
 use rdma_async::error::{CompletionError, cause};
-use std::time::Duration;
 
 pub mod addr;
 pub mod data;
@@ -18,6 +23,7 @@ pub mod preload;
 pub mod rstream_peer;
 pub mod soak;
 pub mod sockets;
+pub mod streams;
 pub mod tls;
 pub mod tools;
 
@@ -33,10 +39,25 @@ pub use tools::{connect_when_listening, finish_tool, spawn_tool};
 pub const STEP: Duration = Duration::from_secs(60);
 
 /// Runs `fut` with the hang guard.
-pub async fn guard<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(STEP, fut)
+pub async fn guard<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    guard_within(STEP, what, fut).await
+}
+
+/// Runs `fut` with a hang guard of `bound` instead of [`STEP`]: for steps on an impaired or dead
+/// wire, which take longer (still a bound, not a timing assertion).
+pub async fn guard_within<T>(bound: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(bound, fut)
         .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {STEP:?}"))
+        .unwrap_or_else(|_| panic!("{what} did not finish within {bound:?}"))
+}
+
+/// Polls `fut` once and returns what that poll returned: an operation's work request is posted
+/// by then, and a test can act while it is pending.
+pub async fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    let mut fut = Some(fut);
+    std::future::poll_fn(|cx| Poll::Ready(fut.take().map(|f| f.poll(cx))))
+        .await
+        .expect("polled once")
 }
 
 /// The `io::ErrorKind` of a result that must be an error.

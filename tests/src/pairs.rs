@@ -35,21 +35,23 @@ pub async fn rdma_pair_on(
 
 /// A connected pair of [`Endpoint`]s (server, client) on the test address, both with `opts`.
 pub async fn endpoint_pair(opts: &EndpointOptions) -> (Endpoint, Endpoint) {
-    endpoint_pair_on(&listener().await, opts).await
+    endpoint_pair_on(&listener().await, opts, opts).await
 }
 
-/// A connected pair of [`Endpoint`]s through `listener`, both with `opts`.
+/// A connected pair of [`Endpoint`]s through `listener`: the server accepts with
+/// `server_opts`, the client connects with `client_opts`.
 pub async fn endpoint_pair_on(
     listener: &CmListener,
-    opts: &EndpointOptions,
+    server_opts: &EndpointOptions,
+    client_opts: &EndpointOptions,
 ) -> (Endpoint, Endpoint) {
     let addr = listener.local_addr();
     let server = async {
         let request = listener.accept_request().await?;
-        Endpoint::accept(request, opts).await
+        Endpoint::accept(request, server_opts).await
     };
     let (server, client) = guard("connect", async {
-        tokio::join!(server, Endpoint::connect(addr, opts))
+        tokio::join!(server, Endpoint::connect(addr, client_opts))
     })
     .await;
     (server.expect("accept"), client.expect("connect"))

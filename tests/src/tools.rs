@@ -1,10 +1,10 @@
 //! Other programs: librdmacm's C tools (`ucmatose`, `rstream`, `rping`, `udaddy`, `mckey`, from
-//! rdmacm-utils) and the example programs, run as child processes.
+//! rdmacm-utils), the example programs and this package's own, run as child processes.
 
 use std::ffi::OsStr;
 use std::io;
 use std::path::PathBuf;
-use std::process::Stdio;
+use std::process::{Output, Stdio};
 
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -42,6 +42,29 @@ pub fn example(name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// A program of this package (`src/bin/`: `wire-peer`, `limits-peer`), next to the test
+/// binary's `deps/`.
+pub fn package_program(name: &str) -> String {
+    let exe = std::env::current_exe().expect("current_exe");
+    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
+    let path = dir.join(name);
+    assert!(
+        path.is_file(),
+        "{} was not built (cargo test builds it)",
+        path.display()
+    );
+    path.to_string_lossy().into_owned()
+}
+
+/// What a finished program printed: its standard output, then its standard error.
+pub fn output_text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Runs `program` to completion and returns its standard output; panics, with its standard
 /// error, when it cannot be run or fails.
 pub async fn output_of(program: &str, args: &[&str]) -> String {
@@ -75,11 +98,7 @@ pub async fn finish_tool(child: Child, program: &str) -> String {
     let out = guard(program, child.wait_with_output())
         .await
         .expect("tool output");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = output_text(&out);
     assert!(
         out.status.success(),
         "{program} failed ({}):\n{text}",
@@ -95,6 +114,29 @@ pub async fn finish_tool_printing(child: Child, program: &str, expected: &[&str]
         assert!(text.contains(e), "{program} did not print {e:?}:\n{text}");
     }
     text
+}
+
+/// Waits (under the hang guard) until port 1 of the RDMA device `device` shows `state`
+/// (`ACTIVE`, `DOWN`) in `rdma link show`. A failed `rdma link show`, as for a device just
+/// added and not yet listed, is polled again.
+pub async fn wait_port_state(device: &str, state: &str) {
+    let port = format!("{device}/1");
+    let want = format!("state {state} ");
+    guard(&format!("{port} {want}in rdma link"), async {
+        let mut tick = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            let out = Command::new("rdma")
+                .args(["link", "show", &port])
+                .output()
+                .await
+                .expect("run the rdma tool");
+            if String::from_utf8_lossy(&out.stdout).contains(&want) {
+                return;
+            }
+        }
+    })
+    .await;
 }
 
 /// Connects with `connect`, retrying (boundedly) while refused: a C server just started may not

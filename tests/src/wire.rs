@@ -12,6 +12,7 @@ use rdma_async::stream::RStream;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::guard;
+use crate::tools::{output_text, package_program};
 
 /// Prints the crate's warnings (a failed send, a protocol violation) into the test's captured
 /// output, which a failed test shows. Once per process; later calls do nothing.
@@ -60,34 +61,9 @@ pub fn on_peer_script() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/on-peer")
 }
 
-/// The `wire-peer` program (this package's binary), next to the test binary's `deps/`.
+/// The `wire-peer` program (this package's binary).
 pub fn peer_program() -> String {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("wire-peer");
-    assert!(
-        path.is_file(),
-        "{} was not built (cargo test builds it)",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
-}
-
-/// An example program (`RDMA_ASYNC_EXAMPLES`, as `scripts/test` exports it).
-pub fn example(name: &str) -> String {
-    let dir = std::env::var("RDMA_ASYNC_EXAMPLES")
-        .expect("RDMA_ASYNC_EXAMPLES is not set: run through scripts/test, which builds them");
-    let path = PathBuf::from(dir).join(name);
-    assert!(path.is_file(), "example {} was not built", path.display());
-    path.to_string_lossy().into_owned()
-}
-
-fn text(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    package_program("wire-peer")
 }
 
 async fn on_peer_raw(args: &[String]) -> Output {
@@ -102,7 +78,7 @@ async fn on_peer_raw(args: &[String]) -> Output {
 pub async fn on_peer(args: &[&str]) -> (bool, String) {
     let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let out = on_peer_raw(&args).await;
-    (out.status.success(), text(&out))
+    (out.status.success(), output_text(&out))
 }
 
 /// As [`on_peer`], asserting success.
@@ -138,7 +114,7 @@ impl PeerJob {
         assert!(
             out.status.success(),
             "start {args:?} on node 2:\n{}",
-            text(&out)
+            output_text(&out)
         );
         PeerJob { name, done: false }
     }
@@ -147,13 +123,18 @@ impl PeerJob {
     pub async fn wait(mut self) -> (bool, String) {
         self.done = true;
         let out = on_peer_raw(&["--wait".into(), self.name.clone()]).await;
-        (out.status.success(), text(&out))
+        (out.status.success(), output_text(&out))
     }
 
     /// Sends `signal` (`KILL`, `TERM`, ...) to the job.
     pub async fn signal(&self, signal: &str) {
         let out = on_peer_raw(&["--kill".into(), self.name.clone(), signal.into()]).await;
-        assert!(out.status.success(), "kill {}: {}", self.name, text(&out));
+        assert!(
+            out.status.success(),
+            "kill {}: {}",
+            self.name,
+            output_text(&out)
+        );
     }
 
     /// Ends the job (TERM) and waits for it; returns what it printed.
@@ -199,13 +180,6 @@ impl Fnv {
         h.update(bytes);
         h.0
     }
-}
-
-/// Deterministic, position-dependent bytes, so misplaced data is caught.
-pub fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    (0..len as u64)
-        .map(|i| (i.wrapping_mul(2654435761).wrapping_add(seed) >> 7) as u8)
-        .collect()
 }
 
 /// `ip:port` on node 2.
@@ -279,7 +253,7 @@ impl Netem {
             .output()
             .await
             .expect("run tc");
-        assert!(out.status.success(), "tc {local:?}: {}", text(&out));
+        assert!(out.status.success(), "tc {local:?}: {}", output_text(&out));
         let mut netem = Self::peer_only(&spec.join(" ")).await;
         netem.local_if = Some(local_if);
         netem

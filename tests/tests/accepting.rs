@@ -14,6 +14,7 @@ use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::pairs::stream_pair_on;
+use rdma_async_tests::streams::echo_once;
 use rdma_async_tests::{guard, leak_counts, listener, rlistener_with, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
@@ -28,15 +29,6 @@ fn small() -> RStreamOptions {
         .recv_buffer_size(8192)
         .sq_size(16)
         .rq_size(16)
-}
-
-/// Writes `msg` and reads it back.
-async fn echo_once(stream: &mut RStream, msg: &[u8]) -> io::Result<()> {
-    stream.write_all(msg).await?;
-    let mut back = vec![0; msg.len()];
-    stream.read_exact(&mut back).await?;
-    assert_eq!(back, msg, "echo of {} bytes", msg.len());
-    Ok(())
 }
 
 /// Echoes until the peer closes or the connection fails.

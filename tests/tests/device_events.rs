@@ -11,7 +11,6 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::time::Duration;
 
 use rdma_async::__test_hooks::inject_event;
 use rdma_async::cm::CmListener;
@@ -23,6 +22,7 @@ use rdma_async::device::{
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
+use rdma_async_tests::tools::wait_port_state;
 use rdma_async_tests::{endpoint_pair, err_kind, guard, rdma_pair, stream_pair, test_addr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
@@ -38,21 +38,6 @@ async fn run(program: &str, args: &[&str]) -> String {
     rdma_async_tests::tools::output_of(program, args).await
 }
 
-/// Waits until `device` port 1 shows `state` in `rdma link`.
-async fn wait_link(device: &str, state: &str) {
-    guard("rdma link state", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            let link = run("rdma", &["link", "show", &format!("{device}/1")]).await;
-            if link.contains(&format!("state {state} ")) {
-                return;
-            }
-        }
-    })
-    .await;
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_device_by_name_and_its_port_events() {
     if std::env::var_os(CHILD).is_some() {
@@ -66,7 +51,7 @@ async fn a_second_device_by_name_and_its_port_events() {
         &["link", "add", SECOND, "type", "rxe", "netdev", NETDEV],
     )
     .await;
-    wait_link(SECOND, "ACTIVE").await;
+    wait_port_state(SECOND, "ACTIVE").await;
 
     let exe = std::env::current_exe().unwrap();
     let child = Command::new(exe)

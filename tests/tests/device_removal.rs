@@ -17,6 +17,7 @@ use std::time::Duration;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::tools::wait_port_state;
 use rdma_async_tests::{
     datagram, endpoint_pair, guard, rdma_pair, rlistener, stream_pair, test_ip,
 };
@@ -30,21 +31,6 @@ async fn rdma_link(args: &[&str]) -> std::process::Output {
         .output()
         .await
         .expect("run the rdma tool")
-}
-
-/// Waits until `device`'s port 1 is ACTIVE again after `rdma link add`.
-async fn wait_active(device: &str) {
-    guard("the re-added device becomes ACTIVE", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        loop {
-            tick.tick().await;
-            let out = rdma_link(&["show", &format!("{device}/1")]).await;
-            if String::from_utf8_lossy(&out.stdout).contains("state ACTIVE") {
-                return;
-            }
-        }
-    })
-    .await;
 }
 
 fn assert_device_gone(err: &io::Error, what: &str) {
@@ -123,7 +109,7 @@ async fn removing_the_device_ends_every_operation_and_a_re_added_device_works() 
 
     let added = rdma_link(&["add", device, "type", "rxe", "netdev", netdev]).await;
     assert!(added.status.success(), "rdma link add: {added:?}");
-    wait_active(device).await;
+    wait_port_state(device, "ACTIVE").await;
     let (mut server, mut client) = stream_pair(RStreamOptions::new()).await;
     echo_once(&mut server, &mut client).await;
 }

@@ -5,23 +5,12 @@
 //! process's RDMA resources return to zero. One test in its own binary: it counts every RDMA
 //! resource of this process.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::Poll;
-
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::{
-    LEAK_KINDS, assert_no_rdma_resources, guard, rdma_pair, rdma_resources, settled_counts,
+    LEAK_KINDS, assert_no_rdma_resources, guard, poll_once, rdma_pair, rdma_resources,
+    settled_counts,
 };
-
-/// Polls `fut` once; its work request is posted by then.
-async fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
-    let mut fut = Some(fut);
-    std::future::poll_fn(|cx| Poll::Ready(fut.take().map(|f| f.poll(cx))))
-        .await
-        .expect("polled once")
-}
 
 /// What the injected failure says, and so every error it causes.
 const CAUSE: &str = "injected by a test hook";

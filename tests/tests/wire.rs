@@ -9,12 +9,14 @@ use std::net::SocketAddr;
 use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::stream::{RListener, RStream};
+use rdma_async_tests::data::pattern;
 use rdma_async_tests::rstream_peer::{
     c_rstream_verify_args, rstream_exchange, serve_c_rstream_client,
 };
+use rdma_async_tests::tools::example;
 use rdma_async_tests::wire::{
-    Fnv, PeerJob, check_greeting_get, connect_retrying, echo_through, example, http_client,
-    on_peer, pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
+    Fnv, PeerJob, check_greeting_get, connect_retrying, echo_through, http_client, on_peer,
+    peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
 };
 use rdma_async_tests::{guard, test_ip};
 use tokio::io::AsyncWriteExt;

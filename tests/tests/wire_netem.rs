@@ -11,10 +11,13 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdma_async::stream::RStream;
+use rdma_async_tests::data::pattern;
+use rdma_async_tests::guard_within;
+use rdma_async_tests::tools::example;
 use rdma_async_tests::wire::{
-    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, example, http_client, log_warnings,
-    pattern, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
-    transport_counters, try_echo_through,
+    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, http_client, log_warnings, peer_ip,
+    peer_program, rdma_client, rdma_write_read_check, tonic_channel, transport_counters,
+    try_echo_through,
 };
 use tokio_stream::StreamExt;
 
@@ -32,14 +35,6 @@ const IMPAIRED: Duration = Duration::from_secs(240);
 
 const STREAM_BYTES: usize = 256 << 10;
 const RDMA_BYTES: usize = 256 << 10;
-
-async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(IMPAIRED, fut)
-        .await
-        .unwrap_or_else(|_| {
-            panic!("{what} did not finish within {IMPAIRED:?} on the impaired wire")
-        })
-}
 
 /// Sets up an RStream echo and an RdmaConnection with node 2, impairs the wire with `spec`,
 /// moves the data, and checks it on both ends.
@@ -70,7 +65,8 @@ async fn across_impaired_wire(spec: &str, port: u16, seed: u64) {
 
     let netem = Netem::both(spec).await;
     let data = pattern(seed, STREAM_BYTES);
-    let echoed = bounded(
+    let echoed = guard_within(
+        IMPAIRED,
         &format!("RStream echo under netem {spec}"),
         try_echo_through(&mut stream, &data, 16 << 10),
     )
@@ -85,7 +81,8 @@ async fn across_impaired_wire(spec: &str, port: u16, seed: u64) {
         );
     }
     let block = pattern(seed + 1, RDMA_BYTES);
-    bounded(
+    guard_within(
+        IMPAIRED,
         &format!("RDMA writes and read under netem {spec}"),
         rdma_write_read_check(&conn, &remote, &block, 16 << 10),
     )
@@ -158,20 +155,26 @@ async fn hyper_http1_and_http2_under_loss_reordering_duplication_and_corruption(
     // Open (and prove) each client's connection on the clean wire (the server is listening:
     // PeerJob::start waited for it to say so).
     for (client, http2) in clients.iter().zip([false, true]) {
-        bounded(
+        guard_within(
+            IMPAIRED,
             "a request on the clean wire",
             check_greeting_get(client, addr, "/clean", http2),
         )
         .await;
     }
     let netem = Netem::both(COMBINED).await;
-    bounded(&format!("HTTP requests under netem {COMBINED}"), async {
-        for i in 0..20 {
-            for (client, http2) in clients.iter().zip([false, true]) {
-                check_greeting_get(client, addr, &format!("/impaired/{i}/{http2}"), http2).await;
+    guard_within(
+        IMPAIRED,
+        &format!("HTTP requests under netem {COMBINED}"),
+        async {
+            for i in 0..20 {
+                for (client, http2) in clients.iter().zip([false, true]) {
+                    check_greeting_get(client, addr, &format!("/impaired/{i}/{http2}"), http2)
+                        .await;
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     drop(netem);
     drop(clients);
@@ -198,43 +201,47 @@ async fn tonic_unary_and_streaming_under_loss_reordering_duplication_and_corrupt
     assert_eq!(reply.into_inner().message, "Hello clean!");
 
     let netem = Netem::both(COMBINED).await;
-    bounded(&format!("gRPC calls under netem {COMBINED}"), async {
-        for i in 0..10 {
-            let reply = client.say_hello(hello(format!("u{i}"))).await.unwrap();
-            assert_eq!(reply.into_inner().message, format!("Hello u{i}!"));
-        }
-        let mut replies = client
-            .say_hello_stream(HelloRequest {
-                count: 100,
-                ..hello("impaired".into())
-            })
-            .await
-            .unwrap()
-            .into_inner();
-        let mut n = 0;
-        while let Some(r) = replies.next().await {
-            let r = r.unwrap();
-            assert_eq!((r.index, r.message), (n, format!("Hello impaired, #{n}")));
-            n += 1;
-        }
-        assert_eq!(n, 100);
-        let requests = tokio_stream::iter(0..64u32).map(|i| HelloRequest {
-            payload: pattern(u64::from(i) + 100, 4096),
-            ..hello(format!("m{i}"))
-        });
-        let mut replies = client.chat(requests).await.unwrap().into_inner();
-        let mut n = 0u32;
-        while let Some(r) = replies.next().await {
-            let r = r.unwrap();
-            assert_eq!(r.message, format!("Hello m{n}!"));
-            assert!(
-                r.payload == pattern(u64::from(n) + 100, 4096),
-                "chat payload {n} came back altered"
-            );
-            n += 1;
-        }
-        assert_eq!(n, 64);
-    })
+    guard_within(
+        IMPAIRED,
+        &format!("gRPC calls under netem {COMBINED}"),
+        async {
+            for i in 0..10 {
+                let reply = client.say_hello(hello(format!("u{i}"))).await.unwrap();
+                assert_eq!(reply.into_inner().message, format!("Hello u{i}!"));
+            }
+            let mut replies = client
+                .say_hello_stream(HelloRequest {
+                    count: 100,
+                    ..hello("impaired".into())
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            let mut n = 0;
+            while let Some(r) = replies.next().await {
+                let r = r.unwrap();
+                assert_eq!((r.index, r.message), (n, format!("Hello impaired, #{n}")));
+                n += 1;
+            }
+            assert_eq!(n, 100);
+            let requests = tokio_stream::iter(0..64u32).map(|i| HelloRequest {
+                payload: pattern(u64::from(i) + 100, 4096),
+                ..hello(format!("m{i}"))
+            });
+            let mut replies = client.chat(requests).await.unwrap().into_inner();
+            let mut n = 0u32;
+            while let Some(r) = replies.next().await {
+                let r = r.unwrap();
+                assert_eq!(r.message, format!("Hello m{n}!"));
+                assert!(
+                    r.payload == pattern(u64::from(n) + 100, 4096),
+                    "chat payload {n} came back altered"
+                );
+                n += 1;
+            }
+            assert_eq!(n, 64);
+        },
+    )
     .await;
     drop(netem);
     drop(client);

@@ -14,8 +14,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdma_async::stream::{RListener, RStream};
+use rdma_async_tests::data::pattern;
 use rdma_async_tests::test_ip;
-use rdma_async_tests::wire::{Netem, PeerJob, log_warnings, pattern, peer_ip, peer_program};
+use rdma_async_tests::wire::{Netem, PeerJob, log_warnings, peer_ip, peer_program};
 use tokio::io::AsyncReadExt;
 
 /// The wire is shared: one impairment at a time.

@@ -13,18 +13,12 @@ use std::time::{Duration, Instant};
 
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_tests::wire::{Netem, PeerJob, peer_ip, peer_program};
-use rdma_async_tests::{leak_counts, settled_counts, test_ip};
+use rdma_async_tests::{guard_within, leak_counts, settled_counts, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 
 /// Hang guard (a bound for the test, not a timing assertion).
 const BOUND: Duration = Duration::from_secs(120);
-
-async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(BOUND, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not end within {BOUND:?}"))
-}
 
 const OPEN: usize = 8;
 const PARKED: usize = 20;
@@ -83,13 +77,17 @@ async fn a_listener_serves_its_own_node_while_its_remote_clients_vanish() {
 
     let netem = Netem::both("loss 100%").await;
     let dead = Instant::now();
-    let mut local = bounded("a local connect", RStream::connect_with(addr, &options))
-        .await
-        .expect("a client on node 1 is served while node 2 is gone");
+    let mut local = guard_within(
+        BOUND,
+        "a local connect",
+        RStream::connect_with(addr, &options),
+    )
+    .await
+    .expect("a client on node 1 is served while node 2 is gone");
     let msg = b"served while node 2 is gone";
     local.write_all(msg).await.unwrap();
     let mut back = vec![0u8; msg.len()];
-    bounded("the local echo", local.read_exact(&mut back))
+    guard_within(BOUND, "the local echo", local.read_exact(&mut back))
         .await
         .unwrap();
     assert_eq!(&back, msg);
@@ -101,7 +99,8 @@ async fn a_listener_serves_its_own_node_while_its_remote_clients_vanish() {
 
     // The parked handshakes end at the deadline, the established connections at their
     // keepalive: everything but the listener is released.
-    bounded(
+    guard_within(
+        BOUND,
         "RDMA resources back to the listener's own",
         settled_counts(&with_listener),
     )
@@ -118,7 +117,8 @@ async fn a_listener_serves_its_own_node_while_its_remote_clients_vanish() {
     );
     server.abort();
     assert!(server.await.unwrap_err().is_cancelled());
-    bounded(
+    guard_within(
+        BOUND,
         "RDMA resources back to the baseline",
         settled_counts(&baseline),
     )

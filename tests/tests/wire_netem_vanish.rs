@@ -15,21 +15,17 @@ use std::time::{Duration, Instant};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async_tests::data::pattern;
+use rdma_async_tests::streams::fill_until_blocked;
 use rdma_async_tests::wire::{
-    Netem, PeerJob, connect_after_outage, connect_retrying, echo_through, pattern, peer_ip,
-    peer_program, rdma_client,
+    Netem, PeerJob, connect_after_outage, connect_retrying, echo_through, peer_ip, peer_program,
+    rdma_client,
 };
-use rdma_async_tests::{leak_counts, settled_counts};
+use rdma_async_tests::{guard_within, leak_counts, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Hang guard (a bound for the test, not a timing assertion).
 const VANISHED: Duration = Duration::from_secs(120);
-
-async fn bounded<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(VANISHED, fut)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not end within {VANISHED:?}"))
-}
 
 fn assert_timed_out(err: &std::io::Error, peer: SocketAddr, what: &str, since: Instant) {
     eprintln!(
@@ -41,30 +37,6 @@ fn assert_timed_out(err: &std::io::Error, peer: SocketAddr, what: &str, since: I
         err.to_string().contains(&peer.ip().to_string()),
         "{what}: the error names the peer: {err}"
     );
-}
-
-/// Writes until the peer's credits run out and every signaled send completed: blocked with
-/// nothing in flight (each 64 KiB write fills half the 128 KiB send ring, so each is
-/// signaled). The echo peer stops reading once nobody reads its echo.
-async fn fill_until_blocked(stream: &RStream) {
-    let chunk = vec![0x3cu8; 64 << 10];
-    bounded("filling the peer's ring", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        loop {
-            match stream.try_write(&chunk) {
-                Ok(_) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    let stats = stream.stats();
-                    if stats.send_completions == stats.signaled_sends {
-                        return;
-                    }
-                    tick.tick().await;
-                }
-                Err(e) => panic!("writing to a live peer failed: {e}"),
-            }
-        }
-    })
-    .await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
@@ -95,7 +67,8 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
         connect_retrying(|| RdmaConnection::connect(SocketAddr::new(peer, port + 1), &rdma_ka))
             .await;
     // The server's region descriptor, so nothing more is due on this connection.
-    let (descriptor, _) = bounded(
+    let (descriptor, _) = guard_within(
+        VANISHED,
         "region descriptor",
         idle.recv(idle.reg_msgs(64).unwrap(), ..),
     )
@@ -110,7 +83,14 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     let ep_addr = SocketAddr::new(peer, port + 2);
     let ep_opts = EndpointOptions::new().keepalive(Duration::from_secs(1));
     let endpoint = connect_retrying(|| Endpoint::connect(ep_addr, &ep_opts)).await;
-    fill_until_blocked(&writer).await;
+    // 64 KiB writes, half the 128 KiB ring: each one is signaled. The echo peer stops reading
+    // once nobody reads its echo.
+    guard_within(
+        VANISHED,
+        "filling the peer's ring",
+        fill_until_blocked(&writer, 64 << 10),
+    )
+    .await;
 
     let netem = Netem::both("loss 100%").await;
     let dead = Instant::now();
@@ -118,7 +98,7 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     let src = conn.reg_msgs(4096).unwrap();
     let idle_recv = idle.recv(idle.reg_msgs(64).unwrap(), ..);
     let (written, read, (rdma, _), received, (idle_got, _)) =
-        bounded("operations on a vanished host", async {
+        guard_within(VANISHED, "operations on a vanished host", async {
             tokio::join!(
                 // Keeps writing: what fits in credits already granted is posted; then it blocks.
                 async {
@@ -172,7 +152,8 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     // is tried again: `connect_after_outage`) and moves data intact.
     let mut again = connect_after_outage(|| RStream::connect(addr)).await;
     let data = pattern(40, 64 << 10);
-    bounded(
+    guard_within(
+        VANISHED,
         "echo after the wire came back",
         echo_through(&mut again, &data, 16 << 10),
     )
@@ -180,7 +161,8 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     drop(again);
     // Everything of the dead connections is released (dropped streams linger until their
     // DISCONNECT is out or failed): the counts return to where they started.
-    bounded(
+    guard_within(
+        VANISHED,
         "RDMA resources back to the baseline",
         settled_counts(&baseline),
     )

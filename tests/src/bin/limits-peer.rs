@@ -12,18 +12,12 @@
 //! ```
 
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 
 use rdma_async::cm::CmListener;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RListener, RStream};
-
-fn local_ip() -> IpAddr {
-    std::env::var("RDMA_ASYNC_TEST_ADDR")
-        .expect("RDMA_ASYNC_TEST_ADDR")
-        .parse()
-        .expect("RDMA_ASYNC_TEST_ADDR is an IP address")
-}
+use rdma_async_tests::test_ip;
 
 /// Prints the outcome of one step on a line of its own.
 fn report<T>(name: &str, result: &io::Result<T>) {
@@ -52,7 +46,7 @@ async fn main() -> io::Result<()> {
 }
 
 async fn register() -> io::Result<()> {
-    let listener = CmListener::bind(SocketAddr::new(local_ip(), 0)).await?;
+    let listener = CmListener::bind(SocketAddr::new(test_ip(), 0)).await?;
     let addr = listener.local_addr();
     let opts = RdmaOptions::new();
     let server = async {
@@ -74,7 +68,7 @@ async fn serve_stream() -> io::Result<()> {
         .with_ansi(false)
         .with_max_level(tracing_subscriber::filter::LevelFilter::WARN)
         .init();
-    let listener = RListener::bind(SocketAddr::new(local_ip(), 0)).await?;
+    let listener = RListener::bind(SocketAddr::new(test_ip(), 0)).await?;
     println!("listening {}", listener.local_addr()?);
     loop {
         // Every setup fails under the limit: accept logs it and goes on waiting.

@@ -39,17 +39,12 @@ use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
+use rdma_async_tests::data::pattern;
 use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
 use rdma_async_tests::soak::{rss_kib, soak_stream};
-use rdma_async_tests::wire::{Fnv, pattern};
+use rdma_async_tests::test_ip;
+use rdma_async_tests::wire::Fnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn local_ip() -> IpAddr {
-    std::env::var("RDMA_ASYNC_TEST_ADDR")
-        .expect("RDMA_ASYNC_TEST_ADDR")
-        .parse()
-        .expect("RDMA_ASYNC_TEST_ADDR is an IP address")
-}
 
 fn arg(args: &[String], i: usize) -> &str {
     args.get(i).map(String::as_str).unwrap_or_else(|| {
@@ -171,7 +166,7 @@ fn ready(what: impl std::fmt::Display) {
 }
 
 async fn stream_echo(port: u16) -> io::Result<()> {
-    let listener = RListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    let listener = RListener::bind(SocketAddr::new(test_ip(), port)).await?;
     ready(listener.local_addr()?);
     loop {
         let (mut stream, peer) = listener.accept().await?;
@@ -225,7 +220,7 @@ async fn park(addr: SocketAddr, parked: usize, open: usize) -> io::Result<()> {
 }
 
 async fn endpoint_echo(port: u16) -> io::Result<()> {
-    let listener = CmListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    let listener = CmListener::bind(SocketAddr::new(test_ip(), port)).await?;
     ready(listener.local_addr());
     loop {
         let request = listener.accept_request().await?;
@@ -249,7 +244,7 @@ async fn endpoint_echo(port: u16) -> io::Result<()> {
 }
 
 async fn rdma(port: u16, len: usize) -> io::Result<()> {
-    let listener = CmListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    let listener = CmListener::bind(SocketAddr::new(test_ip(), port)).await?;
     ready(listener.local_addr());
     loop {
         let request = listener.accept_request().await?;
@@ -289,7 +284,7 @@ async fn serve_rdma(conn: &RdmaConnection, len: usize) -> io::Result<()> {
 }
 
 async fn dgram_echo(port: u16) -> io::Result<()> {
-    let socket = RDatagram::bind(SocketAddr::new(local_ip(), port)).await?;
+    let socket = RDatagram::bind(SocketAddr::new(test_ip(), port)).await?;
     ready(socket.local_addr()?);
     let mut buf = vec![0u8; 65536];
     loop {
@@ -299,7 +294,7 @@ async fn dgram_echo(port: u16) -> io::Result<()> {
 }
 
 async fn mcast_echo(group: IpAddr) -> io::Result<()> {
-    let socket = RDatagram::bind(SocketAddr::new(local_ip(), 0)).await?;
+    let socket = RDatagram::bind(SocketAddr::new(test_ip(), 0)).await?;
     socket.join_multicast(group).await?;
     ready(format!("joined {group}"));
     let mut buf = vec![0u8; 65536];
@@ -312,7 +307,7 @@ async fn mcast_echo(group: IpAddr) -> io::Result<()> {
 
 async fn soak(port: u16, bytes: u64, seed: u64, peer_seed: u64) -> io::Result<()> {
     let rss_before = rss_kib();
-    let listener = RListener::bind(SocketAddr::new(local_ip(), port)).await?;
+    let listener = RListener::bind(SocketAddr::new(test_ip(), port)).await?;
     ready(listener.local_addr()?);
     let (stream, peer) = listener.accept().await?;
     drop(listener);

@@ -47,7 +47,8 @@ async fn ipv6_connect_and_echo() {
         .await
         .unwrap();
     assert!(listener.local_addr().is_ipv6());
-    let (ep, client) = endpoint_pair_on(&listener, &EndpointOptions::new()).await;
+    let opts = EndpointOptions::new();
+    let (ep, client) = endpoint_pair_on(&listener, &opts, &opts).await;
     let server = tokio::spawn(async move {
         let msg = ep.recv().await?;
         ep.send(&msg).await?;

@@ -8,7 +8,8 @@ use std::time::Duration;
 use rdma_async::cm::IdOptions;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
-use rdma_async::stream::{RStream, RStreamOptions};
+use rdma_async::stream::RStreamOptions;
+use rdma_async_tests::streams::fill_until_blocked;
 use rdma_async_tests::{completion_status, endpoint_pair, guard, rdma_pair, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -24,37 +25,11 @@ fn options() -> RStreamOptions {
         .id_options(IdOptions::new().ack_timeout(14))
 }
 
-/// Writes until the peer's credits run out and every signaled send has completed: the writer
-/// is blocked with nothing in flight (every 4 KiB write fills half the 8 KiB ring, so each is
-/// signaled, and an unsignaled credit update is done once a later send's completion is in),
-/// the case where no transport retry can notice a dead peer by itself.
-async fn fill_until_blocked(client: &RStream) -> usize {
-    let chunk = vec![0xa5u8; 4096];
-    let mut written = 0;
-    guard("fill the peer's ring", async {
-        let mut tick = tokio::time::interval(Duration::from_millis(10));
-        loop {
-            match client.try_write(&chunk) {
-                Ok(n) => written += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let stats = client.stats();
-                    if stats.send_completions == stats.signaled_sends {
-                        return;
-                    }
-                    tick.tick().await;
-                }
-                Err(e) => panic!("writing to a live peer failed: {e}"),
-            }
-        }
-    })
-    .await;
-    written
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_writer_blocked_on_credits_learns_that_the_peer_vanished() {
     let (server, mut client) = stream_pair(options()).await;
-    let written = fill_until_blocked(&client).await;
+    // 4 KiB writes, half the peer's 8 KiB ring: each one is signaled.
+    let written = guard("fill the peer's ring", fill_until_blocked(&client, 4096)).await;
     assert!(written >= 8192, "the peer's ring took only {written} bytes");
     let probes_before = client.stats().write_probes;
 
@@ -92,7 +67,7 @@ async fn a_writer_blocked_on_credits_learns_that_the_peer_vanished() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_live_peer_that_does_not_read_is_probed_but_not_failed() {
     let (mut server, client) = stream_pair(options()).await;
-    let written = fill_until_blocked(&client).await;
+    let written = guard("fill the peer's ring", fill_until_blocked(&client, 4096)).await;
     let before = client.stats().write_probes;
     let writable = client.writable();
     tokio::pin!(writable);

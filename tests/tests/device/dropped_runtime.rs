@@ -3,15 +3,14 @@
 //! (`RdmaConnection`, `RDatagram`) end every operation with a clear error; the others fail, with
 //! the same kind of error, as soon as they must wait (A's reactor watched their channels).
 
-use std::future::Future;
 use std::io;
-use std::pin::Pin;
-use std::task::Poll;
 
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::RStreamOptions;
-use rdma_async_tests::{datagram, endpoint_pair, guard, rdma_pair, stream_pair, test_ip};
+use rdma_async_tests::{
+    datagram, endpoint_pair, guard, poll_once, rdma_pair, stream_pair, test_ip,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::runtime::Runtime;
 
@@ -28,14 +27,6 @@ fn runtime_b() -> Runtime {
         .enable_all()
         .build()
         .expect("runtime B")
-}
-
-/// Polls `fut` once.
-async fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
-    let mut fut = Some(fut);
-    std::future::poll_fn(|cx| Poll::Ready(fut.take().map(|f| f.poll(cx))))
-        .await
-        .expect("polled once")
 }
 
 #[track_caller]

@@ -19,7 +19,8 @@ use rdma_async::cm::{CmError, CmListener};
 use rdma_async::error::cause;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::tools::finish_tool;
+use rdma_async_tests::streams::echo_once;
+use rdma_async_tests::tools::{finish_tool, package_program};
 use rdma_async_tests::{guard, listener, rlistener};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
@@ -31,19 +32,6 @@ const MEMLOCK: u64 = 64 * 1024;
 /// `ENOMEM`, what a device out of objects (or memory) returns.
 const ENOMEM: i32 = 12;
 
-/// The `limits-peer` program (this package's binary), next to the test binary's `deps/`.
-fn limits_peer() -> String {
-    let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(|d| d.parent()).expect("target dir");
-    let path = dir.join("limits-peer");
-    assert!(
-        path.is_file(),
-        "{} was not built (cargo test builds it)",
-        path.display()
-    );
-    path.to_string_lossy().into_owned()
-}
-
 /// `limits-peer ARGS` under a `MEMLOCK`-byte locked-memory limit and without `CAP_IPC_LOCK`.
 fn spawn_limited(args: &[&str]) -> Child {
     Command::new("prlimit")
@@ -54,7 +42,7 @@ fn spawn_limited(args: &[&str]) -> Child {
             "--bounding-set=-ipc_lock",
             "--",
         ])
-        .arg(limits_peer())
+        .arg(package_program("limits-peer"))
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -197,13 +185,6 @@ fn names(resource: Resource) -> [&'static str; 3] {
     }
 }
 
-async fn echo_once(stream: &mut RStream, msg: &[u8]) {
-    stream.write_all(msg).await.expect("write");
-    let mut back = vec![0; msg.len()];
-    stream.read_exact(&mut back).await.expect("read");
-    assert_eq!(back, msg);
-}
-
 /// Serves one accepted stream: echoes until EOF.
 fn spawn_echo(mut stream: RStream) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
@@ -242,7 +223,7 @@ async fn a_server_out_of_a_resource_rejects_with_the_reason_and_keeps_serving() 
     .await;
     let echo = spawn_echo(server.expect("accept"));
     let mut established = client.expect("connect");
-    echo_once(&mut established, b"before").await;
+    echo_once(&mut established, b"before").await.expect("echo");
 
     for resource in [
         Resource::QueuePair,
@@ -282,14 +263,16 @@ async fn a_server_out_of_a_resource_rejects_with_the_reason_and_keeps_serving() 
         );
 
         // What the server has keeps working, and the next client is served.
-        echo_once(&mut established, format!("after {resource:?}").as_bytes()).await;
+        echo_once(&mut established, format!("after {resource:?}").as_bytes())
+            .await
+            .expect("echo");
         let (server, client) = guard("the next connect", async {
             tokio::join!(accept_stream(&listener, None), RStream::connect(addr))
         })
         .await;
         let next_echo = spawn_echo(server.expect("the next accept"));
         let mut next = client.expect("the next connect");
-        echo_once(&mut next, b"next").await;
+        echo_once(&mut next, b"next").await.expect("echo");
         next.shutdown().await.expect("shutdown");
         guard("the next echo ends", next_echo)
             .await
@@ -353,7 +336,7 @@ async fn a_client_out_of_a_resource_is_told_which() {
     .await;
     let echo = spawn_echo(accepted.expect("accept").0);
     let mut stream = connected.expect("connect");
-    echo_once(&mut stream, b"works again").await;
+    echo_once(&mut stream, b"works again").await.expect("echo");
     stream.shutdown().await.expect("shutdown");
     guard("the echo ends", echo).await.expect("echo task");
 }

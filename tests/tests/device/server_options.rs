@@ -8,9 +8,10 @@ use std::net::{Ipv6Addr, SocketAddr};
 
 use rdma_async::cm::{CmListener, IdOptions};
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
-use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async::rdma::{RdmaConnection, RdmaOptions};
+use rdma_async::endpoint::EndpointOptions;
+use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
+use rdma_async_tests::pairs::{endpoint_pair_on, rdma_pair_on};
 use rdma_async_tests::{err_kind, guard, test_ip, test_ip6};
 
 /// An ACK timeout exponent that rdma_cm does not pick by itself on Soft-RoCE, so reading it back
@@ -77,58 +78,32 @@ async fn rlistener_ipv6_only_refuses_ipv4() {
     assert_eq!(err_kind(refused).0, io::ErrorKind::ConnectionRefused);
 }
 
-/// Accepts one endpoint from `listener` with `accept_opts`, connecting with the defaults.
-async fn endpoint_pair(listener: &CmListener, accept_opts: &EndpointOptions) -> Endpoint {
-    let addr = listener.local_addr();
-    let client_opts = EndpointOptions::new();
-    let (server, client) = guard("connect", async {
-        tokio::join!(
-            async { Endpoint::accept(listener.accept_request().await?, accept_opts).await },
-            Endpoint::connect(addr, &client_opts)
-        )
-    })
-    .await;
-    client.unwrap();
-    server.unwrap()
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_accept_takes_the_listener_and_its_own_ack_timeout() {
     let listener = cm_listener(&ack_timeout(ACK_TIMEOUT)).await;
-    let server = endpoint_pair(&listener, &EndpointOptions::new()).await;
+    // The server's options vary; the client connects with the defaults. Each pair's client is
+    // dropped at once: only the accepted side is read.
+    let defaults = EndpointOptions::new();
+    let server = endpoint_pair_on(&listener, &defaults, &defaults).await.0;
     assert_eq!(server.__ack_timeout().unwrap(), ACK_TIMEOUT);
     // The accepting type's own option wins over the listener's.
     let own = EndpointOptions::new().id_options(ack_timeout(OTHER_ACK_TIMEOUT));
-    let server = endpoint_pair(&listener, &own).await;
+    let server = endpoint_pair_on(&listener, &own, &defaults).await.0;
     assert_eq!(server.__ack_timeout().unwrap(), OTHER_ACK_TIMEOUT);
     // And works without any on the listener.
     let plain = rdma_async_tests::listener().await;
-    let server = endpoint_pair(&plain, &own).await;
+    let server = endpoint_pair_on(&plain, &own, &defaults).await.0;
     assert_eq!(server.__ack_timeout().unwrap(), OTHER_ACK_TIMEOUT);
-}
-
-/// Accepts one connection from `listener` with `accept_opts`, connecting with the defaults.
-async fn rdma_pair_on(listener: &CmListener, accept_opts: &RdmaOptions) -> RdmaConnection {
-    let addr = listener.local_addr();
-    let client_opts = RdmaOptions::new();
-    let (server, client) = guard("connect", async {
-        tokio::join!(
-            async { RdmaConnection::accept(listener.accept_request().await?, accept_opts).await },
-            RdmaConnection::connect(addr, &client_opts)
-        )
-    })
-    .await;
-    client.unwrap();
-    server.unwrap()
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rdma_accept_takes_the_listener_and_its_own_ack_timeout() {
     let listener = cm_listener(&ack_timeout(ACK_TIMEOUT)).await;
-    let server = rdma_pair_on(&listener, &RdmaOptions::new()).await;
+    let defaults = RdmaOptions::new();
+    let server = rdma_pair_on(&listener, &defaults, &defaults).await.0;
     assert_eq!(server.__ack_timeout().unwrap(), ACK_TIMEOUT);
     let own = RdmaOptions::new().id_options(ack_timeout(OTHER_ACK_TIMEOUT));
-    let server = rdma_pair_on(&listener, &own).await;
+    let server = rdma_pair_on(&listener, &own, &defaults).await.0;
     assert_eq!(server.__ack_timeout().unwrap(), OTHER_ACK_TIMEOUT);
 }
 
