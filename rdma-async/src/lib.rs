@@ -104,6 +104,7 @@ pub mod endpoint;
 pub mod error;
 #[cfg(any(feature = "hyper", feature = "axum"))]
 pub mod integration;
+mod memory;
 pub(crate) mod proto;
 pub mod rdma;
 mod reactor;

@@ -8,8 +8,8 @@ use std::sync::{Arc, Mutex, Weak};
 use bytes::BytesMut;
 
 use crate::error;
-use crate::rdma::{LocalRegion, RemoteAccess, SharedRegion};
-use crate::rdma::{adopt, allocate, bytes_mut_to_vec};
+use crate::memory::{LocalRegion, RemoteAccess, SharedRegion};
+use crate::memory::{adopt, allocate, bytes_mut_to_vec};
 use crate::verbs::{Access, CmDevices, CmId, EventChannel, PortSpace, ProtectionDomain};
 
 /// A protection domain on one RDMA device: memory registered through it can be used by every

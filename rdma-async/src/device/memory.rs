@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use rdma_async_sys as sys;
 
 use super::DeviceContext;
-use crate::rdma::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, check_len, span};
+use crate::memory::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, check_len, span};
 use crate::verbs::{
     Access, ForeignMemory, OdpCaps, RegFlags, RegisteredBuffer, UserBuffer, huge_page_size,
     prefetch,
@@ -231,7 +231,7 @@ impl DeviceContext {
     ) -> io::Result<()> {
         let registered = region.user().0.registered();
         if !std::sync::Arc::ptr_eq(registered.pd(), self.pd()) {
-            return Err(crate::rdma::foreign_region(registered.pd(), self.pd()));
+            return Err(crate::memory::foreign_region(registered.pd(), self.pd()));
         }
         let (start, len) = span(registered.len(), range)?;
         let len = u32::try_from(len)

@@ -8,7 +8,7 @@ use tokio::sync::Notify;
 
 use super::DeviceContext;
 use crate::error;
-use crate::rdma::LocalRegion;
+use crate::memory::LocalRegion;
 use crate::verbs::{Access, RegisteredBuffer, SlabSlice, SliceHome, UserBuffer};
 
 /// The sizes and bounds of a [`BufferPool`].

@@ -9,8 +9,8 @@ use bytes::Bytes;
 use super::{Endpoint, RECV_BUFFER, SendSlots};
 use crate::device::BufferPool;
 use crate::error;
-use crate::rdma::sealed::{Carried, SealedRegion};
-use crate::rdma::{LocalRegion, RegisteredBytes, span};
+use crate::memory::sealed::{Carried, SealedRegion};
+use crate::memory::{LocalRegion, RegisteredBytes, span};
 use crate::verbs::{Opcode, OwnedBufferQueuePair, Payload, Segment, UserBuffer, WorkRequest};
 
 /// A region whose send completed, waiting for its `send_region` call to take it.

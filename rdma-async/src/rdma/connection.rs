@@ -3,7 +3,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::ops::{Bound, Range, RangeBounds};
+use std::ops::{Range, RangeBounds};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,14 +13,14 @@ use tokio::net::ToSocketAddrs;
 use super::completion_task::{ConnParts, ConnShared, lost_buffer, run_completion_task};
 use super::options::RdmaOptions;
 use super::received::Received;
-use super::region::sealed::Carried;
-use super::region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, foreign_region};
-use super::remote::RemoteSlice;
 use crate::cm::ConnectRequest;
 use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::device::DeviceContext;
 use crate::error::{self, completion_error, wc_error};
+use crate::memory::sealed::Carried;
+use crate::memory::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion, foreign_region};
+use crate::memory::{RemoteSlice, span};
 use crate::reactor::AsyncCq;
 use crate::verbs::{
     CallerMemoryQueuePair, CmId, Held, IdDevice, InFlightTable, Opcode, Posted, QpCaps, Segment,
@@ -150,26 +150,6 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
         pd,
         device,
     })
-}
-
-/// `range` of a `len`-byte buffer as (offset, length).
-pub(crate) fn span(len: usize, range: impl RangeBounds<usize>) -> io::Result<(usize, usize)> {
-    let start = match range.start_bound() {
-        Bound::Included(&s) => s,
-        Bound::Excluded(&s) => s.saturating_add(1),
-        Bound::Unbounded => 0,
-    };
-    let end = match range.end_bound() {
-        Bound::Included(&e) => e.saturating_add(1),
-        Bound::Excluded(&e) => e,
-        Bound::Unbounded => len,
-    };
-    if start > end || end > len {
-        return Err(error::invalid_input(format!(
-            "range {start}..{end} is outside the {len}-byte region"
-        )));
-    }
-    Ok((start, end - start))
 }
 
 /// What an operation was, for its error messages.

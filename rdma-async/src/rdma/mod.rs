@@ -52,17 +52,14 @@ mod lone_yield;
 mod options;
 mod reaping;
 mod received;
-mod region;
-mod remote;
 mod srq;
 mod window;
 
+pub use crate::memory::{
+    LocalRegion, RegisteredBytes, RemoteAccess, RemoteRegion, RemoteSlice, SharedRegion,
+};
 pub use connection::RdmaConnection;
-pub(crate) use connection::span;
 pub use options::RdmaOptions;
 pub use received::{Received, ReceivedOp};
-pub use region::{LocalRegion, RegisteredBytes, RemoteAccess, SharedRegion};
-pub(crate) use region::{adopt, allocate, bytes_mut_to_vec, check_len, foreign_region, sealed};
-pub use remote::{RemoteRegion, RemoteSlice};
 pub use srq::SharedReceiveQueue;
 pub use window::BoundWindow;

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use tokio::sync::Semaphore;
 
 use super::completion_task::{Ring, lost_buffer, post_and_wait};
-use super::connection::span;
 use super::received::Received;
-use super::region::sealed::Carried;
-use super::region::{LocalRegion, RegisteredBytes, foreign_region};
 use crate::device::DeviceContext;
+use crate::memory::sealed::Carried;
+use crate::memory::span;
+use crate::memory::{LocalRegion, RegisteredBytes, foreign_region};
 use crate::verbs::{Held, ProtectionDomain, Segment, SharedRecvQueue};
 
 /// A shared receive queue (`ibv_srq`): receives posted here are consumed by the sends of any

@@ -10,11 +10,12 @@
 use std::io;
 use std::ops::RangeBounds;
 
-use super::connection::{RdmaConnection, span};
-use super::region::sealed::{Carried, SealedRegion};
-use super::region::{LocalRegion, RemoteAccess};
-use super::remote::RemoteRegion;
+use super::connection::RdmaConnection;
 use crate::error;
+use crate::memory::RemoteRegion;
+use crate::memory::sealed::{Carried, SealedRegion};
+use crate::memory::span;
+use crate::memory::{LocalRegion, RemoteAccess};
 use crate::verbs::{MemoryWindow, WindowBinding, WindowOp};
 
 /// Part of a [`LocalRegion`] the connection's peer may access through [`Self::remote`], until

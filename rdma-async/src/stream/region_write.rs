@@ -65,8 +65,8 @@ pub(super) async fn write_region<B: crate::rdma::RegisteredBytes>(
     region: B,
     range: impl std::ops::RangeBounds<usize>,
 ) -> (std::io::Result<()>, Option<B>) {
-    use crate::rdma::sealed::Carried;
-    let (start, len) = match crate::rdma::span(region.len(), range) {
+    use crate::memory::sealed::Carried;
+    let (start, len) = match crate::memory::span(region.len(), range) {
         Ok(span) => span,
         Err(err) => return (Err(err), Some(region)),
     };
