@@ -48,6 +48,7 @@
 
 mod completion_task;
 mod connection;
+pub(crate) mod dialing;
 mod lone_yield;
 mod options;
 mod reaping;

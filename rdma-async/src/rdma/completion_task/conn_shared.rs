@@ -1,0 +1,311 @@
+//! [`ConnShared`]: everything a connection owns, which its operations and its completion task
+//! share: posting under the connection's rules, polling for a lone operation's completion,
+//! handing completions to their slots, and ending the connection when its task cannot go on.
+
+use std::io;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Notify, Semaphore};
+
+use super::operation::{Reaper, Ring, post_and_wait};
+use crate::cm::link::CmLink;
+use crate::error::{StickyError, wc_error};
+use crate::rdma::reaping::Reaping;
+use crate::rdma::srq::SharedReceiveQueue;
+use crate::reactor::AsyncCq;
+use crate::verbs::{
+    CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable, Posted,
+    ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,
+};
+
+/// What is created between route resolution and connect/accept.
+#[derive(Debug)]
+pub(in crate::rdma) struct ConnParts {
+    pub(in crate::rdma) qp: CallerMemoryQueuePair,
+    pub(in crate::rdma) cq: AsyncCq,
+    pub(in crate::rdma) table: Arc<InFlightTable>,
+    pub(in crate::rdma) pd: Arc<ProtectionDomain>,
+    pub(in crate::rdma) device: IdDevice,
+}
+
+/// Everything a connection owns; the completion task holds it too.
+#[derive(Debug)]
+pub(in crate::rdma) struct ConnShared {
+    // Drop order: disconnect, destroy the queue pair, then the table's buffers and the rest.
+    pub(in crate::rdma) link: CmLink,
+    pub(in crate::rdma) qp: CallerMemoryQueuePair,
+    pub(in crate::rdma) cq: AsyncCq,
+    pub(in crate::rdma) table: Arc<InFlightTable>,
+    pub(in crate::rdma) pd: Arc<ProtectionDomain>,
+    pub(in crate::rdma) device: IdDevice,
+    pub(in crate::rdma) srq: Option<SharedReceiveQueue>,
+    pub(in crate::rdma) send_slots: Semaphore,
+    pub(in crate::rdma) recv_slots: Semaphore,
+    /// The queue depths: the slots' permits when nothing is outstanding.
+    depths: (u32, u32),
+    /// Who polls the completion queue: operations alone on their queue, or this task.
+    pub(super) reaping: Reaping,
+    /// The first failed work completion: later flushes report it.
+    failure: StickyError,
+    pub(super) close: Notify,
+    closing: AtomicBool,
+}
+
+impl ConnShared {
+    pub(in crate::rdma) fn new(
+        link: CmLink,
+        parts: ConnParts,
+        srq: Option<SharedReceiveQueue>,
+        depths: (u32, u32),
+        busy_poll: Duration,
+    ) -> Self {
+        ConnShared {
+            link,
+            qp: parts.qp,
+            cq: parts.cq,
+            table: parts.table,
+            pd: parts.pd,
+            device: parts.device,
+            srq,
+            send_slots: Semaphore::new(depths.0 as usize),
+            recv_slots: Semaphore::new(depths.1 as usize),
+            depths,
+            reaping: Reaping::new(busy_poll),
+            failure: StickyError::default(),
+            close: Notify::new(),
+            closing: AtomicBool::new(false),
+        }
+    }
+
+    fn slots(&self, queue: WorkQueue) -> &Semaphore {
+        match queue {
+            WorkQueue::Send => &self.send_slots,
+            WorkQueue::Recv => &self.recv_slots,
+        }
+    }
+
+    /// Waits for room in `queue`, then posts with `post` (unless the connection is closed or
+    /// failed); returns the completion and the buffers. `post` is told whether to defer the
+    /// doorbell: on the send queue while other requests are outstanding ([`Ring`]).
+    pub(in crate::rdma) async fn execute(
+        &self,
+        queue: WorkQueue,
+        held: Held,
+        post: impl FnOnce(Held, bool) -> Result<Posted, (io::Error, Held)>,
+    ) -> (io::Result<WorkCompletion>, Held) {
+        let sending = queue == WorkQueue::Send;
+        let guarded = |held: Held| {
+            if let Some(err) = self.refusal(queue) {
+                return Err((err, held));
+            }
+            let defer = sending && !self.alone_on(queue);
+            let mut held = Some(held);
+            match self
+                .link
+                .while_open(|| post(held.take().unwrap_or_default(), defer))
+            {
+                Some(Ok(posted)) => {
+                    let ring = match posted.doorbell {
+                        Doorbell::Rung => Ring::Rung,
+                        Doorbell::Deferred { .. } if !defer => Ring::Now,
+                        Doorbell::Deferred { first: true } => Ring::AfterOthers,
+                        Doorbell::Deferred { first: false } => Ring::ByAnother,
+                    };
+                    Ok((posted.ticket, ring))
+                }
+                Some(Err(refused)) => Err(refused),
+                None => Err((self.link.closed_error(sending), held.unwrap_or_default())),
+            }
+        };
+        let reaper = Reaper {
+            shared: self,
+            queue,
+        };
+        post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper)).await
+    }
+
+    /// Posts the send-queue requests operations left for one doorbell ([`Ring`]), if any. Once
+    /// the connection closed they are not posted: each completes here as flushed (the device
+    /// never saw them), as a post after the close is refused. If the post fails, some of them
+    /// may not have reached the device, and which is not known: the connection ends
+    /// ([`Self::fail`]), which flushes every outstanding request with the cause. Never called
+    /// with the reaping lock held (this takes it, as `fail` does).
+    pub(in crate::rdma) fn ring(&self) {
+        if !self.qp.has_deferred() {
+            return;
+        }
+        let e = match self.link.while_open(|| self.qp.ring()) {
+            Some(Ok(())) => return,
+            Some(Err(e)) => e,
+            None => {
+                // Closed: nothing posts any more (posts happen only while open), so these stay
+                // unposted and their buffers may go back now.
+                let unposted = self.qp.forget_deferred();
+                let _polling = self.reaping.lock();
+                for wr_id in unposted {
+                    self.dispatch(&[WorkCompletion {
+                        wr_id,
+                        status: WcStatus::FLUSH,
+                        ..WorkCompletion::EMPTY
+                    }]);
+                }
+                return;
+            }
+        };
+        self.fail(io::Error::new(
+            e.kind(),
+            format!(
+                "posting queued work requests to the connection to {} failed: {e}",
+                self.link.peer_addr()
+            ),
+        ));
+    }
+
+    /// Whether the completion task must attend the queue: some work request has nobody else
+    /// polling for it, the connection is closing, or receives of a shared receive queue (whose
+    /// waiters do not poll) may complete here.
+    pub(super) fn needs_attending(&self) -> bool {
+        self.reaping.unattended() || self.srq.is_some() || self.closing.load(Ordering::Acquire)
+    }
+
+    /// Whether an operation on `queue` is the only one outstanding there (it holds one slot).
+    pub(super) fn alone_on(&self, queue: WorkQueue) -> bool {
+        let (slots, depth) = match queue {
+            WorkQueue::Send => (&self.send_slots, self.depths.0),
+            WorkQueue::Recv => (&self.recv_slots, self.depths.1),
+        };
+        slots.available_permits() + 1 >= depth as usize
+    }
+
+    /// Polls the completion queue for `ticket`'s completion for at most the busy-poll window of
+    /// `queue`'s operations, dispatching whatever it finds. Returns early when the completion
+    /// was dispatched, when someone else polls (the completion task: it dispatches), or when
+    /// polling fails (the task reports that); whether the window ended empty.
+    pub(super) fn spin_for(&self, queue: WorkQueue, ticket: &Ticket) -> bool {
+        let Some(mut window) = self.reaping.spin(queue).start() else {
+            return false;
+        };
+        let mut batch = CompletionBatch::<32>::new();
+        loop {
+            let Some(_polling) = self.reaping.try_lock() else {
+                return false;
+            };
+            match self.cq.try_poll_batch(&mut batch) {
+                Ok([]) => {}
+                Ok(wcs) => {
+                    self.dispatch(wcs);
+                    if self.table.is_done(ticket) {
+                        window.found();
+                        return false;
+                    }
+                }
+                Err(_) => return false,
+            }
+            if window.ended_empty() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// Why nothing may be posted any more: an earlier work request failed (the queue pair is in
+    /// the error state, where some providers never complete new receives).
+    fn refusal(&self, queue: WorkQueue) -> Option<io::Error> {
+        self.failure.report_as(match queue {
+            WorkQueue::Send => "send-queue operation refused",
+            WorkQueue::Recv => "receive refused",
+        })
+    }
+
+    /// Asks the completion task to drain and release the connection.
+    pub(in crate::rdma) fn begin_close(&self) {
+        self.closing.store(true, Ordering::Release);
+        self.close.notify_one();
+    }
+
+    fn record_failure(&self, wc: &WorkCompletion) {
+        if !self.failure.is_set() {
+            let err = wc_error(wc, self.link.peer_addr(), true);
+            tracing::debug!(error = %err, "work request failed; the queue pair is in the error state");
+            self.failure.set(err);
+        }
+    }
+
+    /// The error for a flushed work request: what failed first, or the closed connection.
+    pub(in crate::rdma) fn flush_error(&self, what: &str, sending: bool) -> io::Error {
+        if let Some(e) = self.failure.report_as(format!("{what} was flushed")) {
+            return e;
+        }
+        if self.link.is_disconnected() || self.closing.load(Ordering::Acquire) {
+            return self.link.closed_error(sending);
+        }
+        io::Error::new(
+            if sending {
+                io::ErrorKind::BrokenPipe
+            } else {
+                io::ErrorKind::ConnectionReset
+            },
+            format!(
+                "{what} was flushed: the connection to {} is closing",
+                self.link.peer_addr()
+            ),
+        )
+    }
+
+    /// Ends the connection for good after its completion task ended early with `cause`: later
+    /// operations are refused with it, and every outstanding one ends with it (as flushed)
+    /// and gets its buffers back. No buffer is handed back while the device could still touch
+    /// it: the queue pair is destroyed first.
+    pub(super) fn fail(&self, cause: io::Error) {
+        tracing::warn!(parent: self.link.span(), error = %cause, "failing the connection");
+        self.failure.set(cause);
+        // Posts happen only while the link is open (`while_open`, under its lock), so none
+        // is in progress or follows once this returns; the peer learns the connection ended.
+        let _ = self.link.disconnect();
+        // What already completed is handed over as usual (if the queue can still be polled),
+        // so a finished operation keeps its result.
+        self.dispatch_queued();
+        self.qp.destroy();
+        // Providers may leave a destroyed queue pair's last completions in the queue.
+        self.dispatch_queued();
+        for (queue, held) in self.table.flush_all() {
+            // Only dropped operations' slots come back here.
+            drop(held);
+            self.reaping.handed_out();
+            self.slots(queue).add_permits(1);
+        }
+    }
+
+    /// Dispatches what the completion queue holds, without waiting; stops at a poll failure.
+    fn dispatch_queued(&self) {
+        let _polling = self.reaping.lock();
+        let mut batch = CompletionBatch::<32>::new();
+        while let Ok(wcs @ [_, ..]) = self.cq.try_poll_batch(&mut batch) {
+            self.dispatch(wcs);
+        }
+    }
+
+    /// Hands each completion to its slot. The caller holds the reaping lock since its poll.
+    pub(super) fn dispatch(&self, wcs: &[WorkCompletion]) {
+        for wc in wcs {
+            if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
+                self.record_failure(wc);
+            }
+            if self.table.owns(wc.wr_id) {
+                if let Some((queue, held)) = self.table.complete(wc) {
+                    // A dropped operation's slot: the device is done with its buffers now.
+                    drop(held);
+                    self.reaping.handed_out();
+                    self.slots(queue).add_permits(1);
+                }
+            } else if let Some(srq) = &self.srq
+                && let Some((_, held)) = srq.inner.srq.table().complete(wc)
+            {
+                drop(held);
+                srq.inner.slots.add_permits(1);
+            }
+        }
+    }
+}
