@@ -17,8 +17,9 @@
 //! Files: `config` (sizes and constants), `conn_data` (the 40 private-data bytes), `imm` (the
 //! immediate word), `sge` (16-byte SGL entries and byte order), `ring` (ring segments),
 //! `sender`, `receiver`, `control` (control slots), `plan` (work requests to post), `wr`
-//! (work-request ids), `state`, `connection` (the whole), `error`; `hostile` (tests and fuzzing
-//! only) plays a hostile peer against one connection and checks what it must never do.
+//! (work-request ids), `state`, `connection` (the whole, with its `send`, `recv` and
+//! `control_writes` parts), `error`; `hostile` (tests and fuzzing only) plays a hostile peer
+//! against one connection and checks what it must never do.
 
 #![forbid(unsafe_code)]
 
