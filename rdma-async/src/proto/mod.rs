@@ -5,8 +5,9 @@
 //! feeds this core with what happened (`handle_*`: connection data, send and receive
 //! completions, CM events, application reads and writes). The core answers with plans
 //! (`prepare_write` → [`DataWrite`], `poll_control` → [`ControlWrite`](plan::ControlWrite)) that
-//! say which RDMA writes to post, and with `Blocked`-style results
-//! instead of blocking. quinn-proto works the same way.
+//! say which RDMA writes to post, and with `Blocked`-style results instead of blocking.
+//! quinn-proto works the same way; [`Connection`] lists its kinds of methods and the order a
+//! driver calls them in.
 //!
 //! The wire format and rules come from `shared/design/rsocket-protocol.md` (§1.2 connection
 //! data, §2 data path, §2.9 interop checklist, §3 control messages). Every value a peer

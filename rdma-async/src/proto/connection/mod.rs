@@ -1,7 +1,7 @@
 //! One side of an rsockets stream: the state machine the driver feeds with completions and
-//! application calls, and asks for work requests to post. This file holds the connection, its
-//! setup and its end; sending, receiving and the control messages it plans are in the
-//! submodules.
+//! application calls, and asks for work requests to post ([`Connection`] says how). This file
+//! holds the connection, its setup and its end; sending, receiving and the control messages
+//! it plans are in the submodules.
 
 use super::config::{Config, RS_SGL_SIZE};
 use super::conn_data::ConnData;
@@ -47,7 +47,78 @@ pub(crate) struct LocalLayout {
 /// advertise no iomap table, so nothing follows it).
 pub(crate) const TARGET_SGL_BYTES: usize = RS_SGL_SIZE * RsSge::LEN;
 
-/// One side of a stream connection.
+/// Protocol state and logic of one side of an rsockets stream.
+///
+/// A `Connection` performs no I/O. Its driver (`StreamCore`, in `stream/stream_core.rs`) owns
+/// the queue pair, the completion queue and the registered memory; it tells the connection what
+/// happened and what the application asks for, and posts the work requests the connection
+/// plans. `Connection` has roughly five kinds of methods:
+///
+/// - A. Setup, once: [`new`](Self::new) with the sizes and where the driver registered the
+///   rings, [`local_conn_data`](Self::local_conn_data) for the private data of our connect or
+///   accept, and [`handle_peer_conn_data`](Self::handle_peer_conn_data) with the peer's, after
+///   which the connection is connected.
+/// - B. Handlers of what the device and rdma_cm report, named `handle_*`:
+///   [`handle_recv_completion`](Self::handle_recv_completion) (which says whether to post the
+///   receive again), [`handle_send_completion`](Self::handle_send_completion),
+///   [`handle_disconnected`](Self::handle_disconnected) (`RDMA_CM_EVENT_DISCONNECTED`) and
+///   [`handle_fatal`](Self::handle_fatal) (a local failure, such as a failed `ibv_post_send`).
+/// - C. Commands of the application. Writes: [`prepare_write`](Self::prepare_write) plans the
+///   next chunk of a write as a [`DataWrite`](super::plan::DataWrite) (the driver copies the
+///   bytes into the send ring, or sends them inline, and posts it);
+///   [`prepare_external_write`](Self::prepare_external_write) plans one sent from the caller's
+///   own registered memory. Reads:
+///   [`readable_segments`](Self::readable_segments) says where the readable bytes are in the
+///   receive ring and [`consume`](Self::consume) takes them once copied out;
+///   [`lend`](Self::lend) and [`deregistered`](Self::deregistered) hand them out without a copy
+///   instead. And [`shutdown_write`](Self::shutdown_write), [`close`](Self::close),
+///   [`queue_keepalive`](Self::queue_keepalive).
+/// - D. The output to poll: [`poll_control`](Self::poll_control), the next control message to
+///   post (credits, a grant of a receive-ring half, SHUTDOWN, DISCONNECT, a keepalive) as a
+///   [`ControlWrite`](super::plan::ControlWrite), with [`control_wanted`](Self::control_wanted)
+///   as the cheap look first. Work requests go to the device in the order they were planned,
+///   data and control alike: the connection matches send completions in that order.
+/// - E. Getters, taking `&self`, which also say who waits for what. The connection keeps no
+///   wakers: [`write_readiness`](Self::write_readiness) and [`read_status`](Self::read_status)
+///   say whether a write or a read can go on now, and when not, what will change that (a send
+///   completion or a credit or buffer grant of the peer for a writer, a receive completion for
+///   a reader), so the driver wakes its waiting readers and writers after it handled
+///   completions or a CM event.
+///   Also [`read_status_len`](Self::read_status_len), [`lend_limit`](Self::lend_limit),
+///   [`is_send_outstanding`](Self::is_send_outstanding),
+///   [`all_sends_done`](Self::all_sends_done), [`is_disconnected`](Self::is_disconnected) and
+///   [`error`](Self::error).
+///
+/// The simplest correct use is to call (B) and (C) as things happen and, after each of them,
+/// (D) until it returns `None`, posting what it returns; then wake whoever waits. The driver
+/// does it in this order:
+///
+/// 1. Building: `new` (with the inline size the queue pair granted), then every receive of
+///    the receive queue is posted (ids with `WR_ID_RECV_FLAG`, no buffer) before the peer can
+///    send; `local_conn_data` goes out in the handshake, and the peer's connection data is
+///    handed to `handle_peer_conn_data` (the passive side from the request, the active side
+///    once established). The first `poll_control` then grants the peer the second half of our
+///    receive ring.
+/// 2. A batch of completions, in the order the completion queue returned them: each
+///    successful receive to `handle_recv_completion` (failed and flushed receives carry nothing
+///    and are skipped), each send completion, flushed or failed ones included, to
+///    `handle_send_completion`. Then the receives it says to post again, with one post, before
+///    the control messages that return their credits; then `poll_control` until `None`, each
+///    write posted after the window bind it may carry; then the waiting readers and writers
+///    are woken.
+/// 3. A write: `prepare_write` until it returns an error, each chunk added to one chain of
+///    work requests. When it fails before any chunk was planned, the queued completions are
+///    handled (2) and it is asked again; still `Blocked`, the writer waits (and while it waits,
+///    probes the peer now and then with `queue_keepalive` and `poll_control`). After the chunks,
+///    `poll_control`; the chain goes to the device with one `ibv_post_send`.
+/// 4. A read: when `read_status_len` is 0 the queued completions are handled (2) first; then
+///    `read_status`: with data, copy out of `readable_segments` and `consume`, then
+///    `poll_control` (consuming is what returns credits and ring space to the peer); `Blocked`
+///    waits for completions; `Eof` and `Failed` end the read.
+/// 5. rdma_cm's `DISCONNECTED`: every completion still queued is handled (2) first, so bytes
+///    the peer sent before it are readable, then `handle_disconnected`.
+/// 6. Closing: `shutdown_write` or `close`, `poll_control`, then completions (2) until
+///    `all_sends_done` or `is_disconnected` (or `error`).
 #[derive(Debug, Clone)]
 pub(crate) struct Connection {
     config: Config,
