@@ -31,6 +31,7 @@ mod params;
 #[cfg(feature = "test-hooks")]
 mod parked;
 pub(crate) mod peer_warnings;
+pub(crate) mod queue_setters;
 mod reject_reason;
 mod request;
 pub(crate) mod resolve;

@@ -5,6 +5,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::cm::IdOptions;
+use crate::cm::queue_setters::{DEFAULT_BUSY_POLL, queue_setters};
 use crate::error;
 
 /// Options for [`RDatagram::bind_with`](super::RDatagram::bind_with).
@@ -34,7 +35,7 @@ impl Default for RDatagramOptions {
             send_depth: 64,
             max_datagram: None,
             resolve_timeout: Duration::from_secs(2),
-            busy_poll: Duration::from_micros(10),
+            busy_poll: DEFAULT_BUSY_POLL,
             id: IdOptions::default(),
             max_peers: DEFAULT_MAX_PEERS,
             context: None,
@@ -51,16 +52,14 @@ impl RDatagramOptions {
         Self::default()
     }
 
-    /// Receive buffers kept posted: datagrams kept while nobody reads (at least 1).
-    pub fn recv_depth(mut self, n: u32) -> Self {
-        self.recv_depth = n.max(1);
-        self
-    }
-
-    /// Sends in flight before `send_to` waits for the device (at least 1).
-    pub fn send_depth(mut self, n: u32) -> Self {
-        self.send_depth = n.max(1);
-        self
+    queue_setters! {
+        /// Receive buffers kept posted: datagrams kept while nobody reads.
+        recv_depth;
+        /// Sends in flight before `send_to` waits for the device.
+        send_depth;
+        /// Adaptive as [`RStreamOptions::busy_poll`](crate::stream::RStreamOptions::busy_poll)
+        /// is: stretched up to 8 × `time` when completions arrive just after the window.
+        busy_poll;
     }
 
     /// The largest datagram this socket sends or receives; by default, and at most, the active
@@ -74,16 +73,6 @@ impl RDatagramOptions {
     /// reaching a new peer (2 s by default).
     pub fn resolve_timeout(mut self, time: Duration) -> Self {
         self.resolve_timeout = time;
-        self
-    }
-
-    /// How long an empty completion queue is polled before the task sleeps.
-    ///
-    /// Adaptive as [`RStreamOptions::busy_poll`](crate::stream::RStreamOptions::busy_poll)
-    /// is: stretched up to 8 × `time` when completions arrive just after the window, skipped
-    /// while windows keep ending empty.
-    pub fn busy_poll(mut self, time: Duration) -> Self {
-        self.busy_poll = time;
         self
     }
 

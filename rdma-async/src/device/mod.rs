@@ -11,6 +11,7 @@ use rdma_async_sys as sys;
 use crate::verbs::DeviceList;
 
 mod context;
+mod event;
 pub(crate) mod events;
 mod memory;
 mod pool;
@@ -19,7 +20,8 @@ mod select;
 
 pub use crate::verbs::ForeignMemory;
 pub use context::DeviceContext;
-pub use events::{DeviceEvent, DeviceEventKind, DeviceEvents, event_counts, events, port_states};
+pub use event::{DeviceEvent, DeviceEventKind};
+pub use events::{DeviceEvents, event_counts, events, port_states};
 pub use memory::OnDemandPaging;
 pub use pool::{BufferPool, PoolOptions, PoolStats};
 pub use ports::{Gid, GidKind, LinkLayer, Port, PortState};

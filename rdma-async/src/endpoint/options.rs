@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::cm::ConnParams;
 use crate::cm::handshake::{DialOptions, dial_setters};
+use crate::cm::queue_setters::{DEFAULT_BUSY_POLL, queue_setters};
 use crate::device::BufferPool;
 use crate::error;
 
@@ -30,7 +31,7 @@ impl Default for EndpointOptions {
             send_depth: 16,
             recv_depth: 16,
             max_inline: 64,
-            busy_poll: Duration::from_micros(10),
+            busy_poll: DEFAULT_BUSY_POLL,
             keepalive: None,
             dial: DialOptions::default(),
             params: ConnParams::default(),
@@ -52,50 +53,29 @@ impl EndpointOptions {
         self
     }
 
-    /// Sends in flight before `send` waits for completions. Only some sends ask the device for
-    /// a completion: every `n / 4`-th (every one below 8, at most every 16th), the one that takes
-    /// the last free slot, and a `send_region`'s. Sends complete in order, so one completion
-    /// gives back the slots of every send before it; a failed send is always reported.
-    pub fn send_depth(mut self, n: u32) -> Self {
-        self.send_depth = n.max(1);
-        self
-    }
-
-    /// Receive buffers kept posted: messages that can arrive before `recv` is called. A peer
-    /// that sends more than this ahead of the receiver's `recv` calls is held back by the
-    /// transport (an RNR NAK, then a resend after [`ConnParams::min_rnr_timer`]); a receiver
-    /// that expects bursts keeps a deeper queue.
-    pub fn recv_depth(mut self, n: u32) -> Self {
-        self.recv_depth = n.max(1);
-        self
-    }
-
-    /// Messages up to this size are copied into the work request itself.
-    pub fn max_inline(mut self, bytes: u32) -> Self {
-        self.max_inline = bytes;
-        self
-    }
-
-    /// How long an empty completion queue is polled before the task sleeps.
-    ///
-    /// Adaptive, between `time` and 8 × `time`: a completion that arrives soon after a window
-    /// ended empty stretches the window to catch the next one like it (a round trip longer than
-    /// `time` is spun through, not slept through), and one later than 8 × `time` sets it back.
-    /// After two or more windows in a row ended empty, the next waits skip it (1, 3, 7, ... up
-    /// to 63 of them), so many connections that each wait longer than the window do not spin
-    /// the thread for nothing; a window that finds a completion restores it.
-    pub fn busy_poll(mut self, time: Duration) -> Self {
-        self.busy_poll = time;
-        self
-    }
-
-    /// While a [`recv`](super::Endpoint::recv) waits, probes the peer every `interval` with a
-    /// 0-byte RDMA write its application never sees (as rsockets' keepalive), so a peer host
-    /// that vanished ends the wait with `TimedOut` after about `interval` + the transport's
-    /// retries instead of never. Off by default, as TCP's keepalive is.
-    pub fn keepalive(mut self, interval: Duration) -> Self {
-        self.keepalive = Some(interval);
-        self
+    queue_setters! {
+        /// Sends in flight before `send` waits for completions. Only some sends ask the device
+        /// for a completion: every `n / 4`-th (every one below 8, at most every 16th), the one
+        /// that takes the last free slot, and a `send_region`'s. Sends complete in order, so one
+        /// completion gives back the slots of every send before it; a failed send is always
+        /// reported.
+        send_depth;
+        /// Receive buffers kept posted: messages that can arrive before `recv` is called. A peer
+        /// that sends more than this ahead of the receiver's `recv` calls is held back by the
+        /// transport (an RNR NAK, then a resend after [`ConnParams::min_rnr_timer`]); a receiver
+        /// that expects bursts keeps a deeper queue.
+        recv_depth;
+        /// Messages of up to `bytes` are copied into the work request itself when posted.
+        max_inline;
+        /// Adaptive, between `time` and 8 × `time`: a completion that arrives soon after a window
+        /// ended empty stretches the window to catch the next one like it (a round trip longer
+        /// than `time` is spun through, not slept through), and one later than 8 × `time` sets
+        /// it back.
+        busy_poll;
+        /// The probes go out while a [`recv`](super::Endpoint::recv) waits, so a peer host that
+        /// vanished ends the wait with `TimedOut` after about `interval` + the transport's
+        /// retries instead of never.
+        keepalive;
     }
 
     dial_setters!();

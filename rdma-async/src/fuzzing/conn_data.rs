@@ -1,7 +1,7 @@
 //! Target `conn_data`: the 40 bytes of rsockets connection data a peer sends in its connect
 //! request or accept reply.
 
-use crate::proto::{Config, ConnData, Connection, LocalLayout, ProtoErrorKind};
+use crate::proto::{Config, ConnData, ProtoErrorKind};
 
 /// Decodes `bytes` as connection data. Valid data re-encodes to the same fields (and the same
 /// bytes, but for the reserved ones and the iomap code's spelling) and is taken by a connection;
@@ -13,16 +13,7 @@ pub fn conn_data(bytes: &[u8]) {
             assert_eq!(ConnData::decode(&encoded), Ok(data));
             assert_eq!(encoded[..4], bytes[..4]);
             assert_eq!(encoded[8..40], bytes[8..40]);
-            let mut conn = Connection::new(
-                Config::new(),
-                LocalLayout {
-                    rbuf_addr: 0x1000,
-                    rbuf_rkey: 1,
-                    target_sgl_addr: 0x10_0000,
-                    target_sgl_rkey: 2,
-                    ring_keys: None,
-                },
-            );
+            let mut conn = super::connection(Config::new());
             conn.handle_peer_conn_data(&data)
                 .expect("decoded connection data is accepted");
             assert!(conn.error().is_none());

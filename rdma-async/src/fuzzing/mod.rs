@@ -11,12 +11,29 @@ mod private_data;
 mod recv_path;
 mod remote_region;
 
+use crate::proto::{Config, Connection, LocalLayout};
+
 pub use conn_data::conn_data;
 pub use grh::grh;
 pub use hello::hello;
 pub use private_data::private_data;
 pub use recv_path::recv_path;
 pub use remote_region::remote_region;
+
+/// A fresh connection with `config` and a made-up local layout, for the harnesses that hand it
+/// decoded connection data.
+fn connection(config: Config) -> Connection {
+    Connection::new(
+        config,
+        LocalLayout {
+            rbuf_addr: 0x1000,
+            rbuf_rkey: 1,
+            target_sgl_addr: 0x10_0000,
+            target_sgl_rkey: 2,
+            ring_keys: None,
+        },
+    )
+}
 
 /// A harness: decodes one input, panics when an invariant breaks.
 pub type Harness = fn(&[u8]);

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use rdma_async_sys::rdma_cm_event_type as ev;
 
 use crate::cm::{CmError, event_error};
-use crate::proto::{Config, ConnData, Connection, LocalLayout};
+use crate::proto::{Config, ConnData};
 use crate::verbs::CmEvent;
 
 /// The events that can end a handshake step, and one librdmacm does not define.
@@ -41,16 +41,7 @@ pub fn private_data(bytes: &[u8]) {
     } else {
         Config::new().with_rbuf_size(64).with_rq_size(16)
     };
-    let mut conn = Connection::new(
-        config,
-        LocalLayout {
-            rbuf_addr: 0x1000,
-            rbuf_rkey: 1,
-            target_sgl_addr: 0x10_0000,
-            target_sgl_rkey: 2,
-            ring_keys: None,
-        },
-    );
+    let mut conn = super::connection(config);
     match ConnData::decode(data) {
         Ok(d) => conn
             .handle_peer_conn_data(&d)

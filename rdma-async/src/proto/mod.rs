@@ -5,8 +5,9 @@
 //! feeds this core with what happened (`handle_*`: connection data, send and receive
 //! completions, CM events, application reads and writes). The core answers with plans
 //! (`prepare_write` → [`DataWrite`], `poll_control` → [`ControlWrite`](plan::ControlWrite)) that
-//! say which RDMA writes to post, and with `Blocked`-style results
-//! instead of blocking. quinn-proto works the same way.
+//! say which RDMA writes to post, and with `Blocked`-style results instead of blocking.
+//! quinn-proto works the same way; [`Connection`] lists its kinds of methods and the order a
+//! driver calls them in.
 //!
 //! The wire format and rules come from `shared/design/rsocket-protocol.md` (§1.2 connection
 //! data, §2 data path, §2.9 interop checklist, §3 control messages). Every value a peer
@@ -17,8 +18,9 @@
 //! Files: `config` (sizes and constants), `conn_data` (the 40 private-data bytes), `imm` (the
 //! immediate word), `sge` (16-byte SGL entries and byte order), `ring` (ring segments),
 //! `sender`, `receiver`, `control` (control slots), `plan` (work requests to post), `wr`
-//! (work-request ids), `state`, `connection` (the whole), `error`; `hostile` (tests and fuzzing
-//! only) plays a hostile peer against one connection and checks what it must never do.
+//! (work-request ids), `state`, `connection` (the whole, with its `send`, `recv` and
+//! `control_writes` parts), `error`; `hostile` (tests and fuzzing only) plays a hostile peer
+//! against one connection and checks what it must never do.
 
 #![forbid(unsafe_code)]
 

@@ -382,32 +382,22 @@ mod tests {
     fn first_update_grants_the_second_half_into_slot_1() {
         let mut r = receiver(8192, 16);
         assert!(r.credit_update_due());
-        match r.take_credit_update() {
+        let second_half = RsSge {
+            addr: 0x5000_1000,
+            key: 0x99,
+            length: 4096,
+        };
+        assert_eq!(
+            r.take_credit_update(),
             CreditUpdate::Sgl {
-                slot,
-                payload,
-                remote_addr,
-                rkey,
-                limit,
-                bind,
-            } => {
-                assert_eq!(bind, None);
-                assert_eq!(slot, 1);
-                assert_eq!(remote_addr, 0x6000_0010);
-                assert_eq!(rkey, 0x42);
-                assert_eq!(limit, 16);
-                let sge = RsSge::from_bytes(payload, ByteOrder::Little);
-                assert_eq!(
-                    sge,
-                    RsSge {
-                        addr: 0x5000_1000,
-                        key: 0x99,
-                        length: 4096
-                    }
-                );
+                slot: 1,
+                payload: second_half.to_bytes(ByteOrder::Little),
+                remote_addr: 0x6000_0010,
+                rkey: 0x42,
+                limit: 16,
+                bind: None,
             }
-            other => panic!("{other:?}"),
-        }
+        );
         assert!(!r.credit_update_due());
     }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::cm::ConnParams;
 use crate::cm::handshake::{DialOptions, dial_setters};
+use crate::cm::queue_setters::{DEFAULT_BUSY_POLL, queue_setters};
 use crate::error;
 use crate::verbs::MAX_SEGMENTS;
 
@@ -33,7 +34,7 @@ impl Default for RdmaOptions {
             max_send_sge: 4,
             max_recv_sge: 4,
             max_inline: 64,
-            busy_poll: Duration::from_micros(10),
+            busy_poll: DEFAULT_BUSY_POLL,
             keepalive: None,
             dial: DialOptions::default(),
             params: ConnParams::new()
@@ -52,16 +53,11 @@ impl RdmaOptions {
         Self::default()
     }
 
-    /// Sends, writes, reads and atomics in flight at once; one more waits for a slot.
-    pub fn send_depth(mut self, n: u32) -> Self {
-        self.send_depth = n.max(1);
-        self
-    }
-
-    /// Receives posted at once; one more waits for a slot.
-    pub fn recv_depth(mut self, n: u32) -> Self {
-        self.recv_depth = n.max(1);
-        self
+    queue_setters! {
+        /// Sends, writes, reads and atomics in flight at once; one more waits for a slot.
+        send_depth;
+        /// Receives posted at once; one more waits for a slot.
+        recv_depth;
     }
 
     /// Segments of a vectored send, write or read (at most 16; the device may cap it lower).
@@ -76,42 +72,24 @@ impl RdmaOptions {
         self
     }
 
-    /// Sends and writes of up to `bytes` (in all their segments) are copied into the work
-    /// request when posted (`IBV_SEND_INLINE`), sparing the device a DMA read of the region:
-    /// lower latency for small messages. The device may grant less
-    /// ([`RdmaConnection::max_inline`](super::RdmaConnection::max_inline) says what it got);
-    /// 0 turns it off.
-    /// The region is still the operation's until it completes.
-    pub fn max_inline(mut self, bytes: u32) -> Self {
-        self.max_inline = bytes;
-        self
-    }
-
-    /// How long an empty completion queue is polled before the waiter sleeps.
-    ///
-    /// An operation that is the only one outstanding on its queue (send or receive) polls for
-    /// its own completion for this long after posting, and wakes no other task when it comes
-    /// in time; as `RStream`'s and `Endpoint`'s, that window grows (up to 8 times) when
-    /// completions keep arriving just after it. With others outstanding, an operation parks at
-    /// once and the connection's own task polls the queue and wakes it; that task spins for
-    /// this long, not more (spinning longer there keeps a CPU busy without waking anyone
-    /// sooner).
-    ///
-    /// Adaptive: after two or more windows in a row ended empty, the next waits skip it (1, 3,
-    /// 7, ... up to 63 of them), so many connections that each wait longer than the window do
-    /// not spin the thread for nothing; a window that finds a completion restores it.
-    pub fn busy_poll(mut self, time: Duration) -> Self {
-        self.busy_poll = time;
-        self
-    }
-
-    /// Probes the peer every `interval` with a 0-byte RDMA write its application never sees
-    /// (as rsockets' keepalive), so a peer host that vanished fails the connection, and every
-    /// pending operation (receives included) ends with `TimedOut`, after about `interval` + the
-    /// transport's retries. Off by default, as TCP's keepalive is.
-    pub fn keepalive(mut self, interval: Duration) -> Self {
-        self.keepalive = Some(interval);
-        self
+    queue_setters! {
+        /// Sends and writes of up to `bytes` (in all their segments) are copied into the work
+        /// request when posted; the region is still the operation's until it completes. The
+        /// device may grant less
+        /// ([`RdmaConnection::max_inline`](super::RdmaConnection::max_inline) says what it got).
+        max_inline;
+        /// An operation that is the only one outstanding on its queue (send or receive) polls
+        /// for its own completion for this long after posting, and wakes no other task when it
+        /// comes in time; as `RStream`'s and `Endpoint`'s, that window grows (up to 8 times) when
+        /// completions keep arriving just after it. With others outstanding, an operation parks
+        /// at once and the connection's own task polls the queue and wakes it; that task spins
+        /// for this long, not more (spinning longer there keeps a CPU busy without waking anyone
+        /// sooner).
+        busy_poll;
+        /// A peer host that vanished then fails the connection, and every pending operation
+        /// (receives included) ends with `TimedOut`, after about `interval` + the transport's
+        /// retries.
+        keepalive;
     }
 
     dial_setters!();

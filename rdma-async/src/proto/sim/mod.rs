@@ -326,11 +326,11 @@ impl Pair {
                     "data write with the wrong rkey {:#x}",
                     write.rkey
                 );
-                let start = write
-                    .remote_addr
-                    .checked_sub(RBUF_ADDR[to])
-                    .expect("data write below the receive ring")
-                    as usize;
+                let start = offset(
+                    write.remote_addr,
+                    RBUF_ADDR[to],
+                    "data write below the receive ring",
+                );
                 assert!(
                     start + write.len <= receiver.rbuf.len(),
                     "data write past the end of the receive ring"
@@ -349,11 +349,11 @@ impl Pair {
                 let byte_len = match (c.kind, c.payload) {
                     (ControlKind::SglUpdate { slot, .. }, Some(payload)) => {
                         assert_eq!(c.rkey, TSGL_RKEY[to], "SGL update with the wrong rkey");
-                        let off = c
-                            .remote_addr
-                            .checked_sub(TSGL_ADDR[to])
-                            .expect("SGL update below the target SGL")
-                            as usize;
+                        let off = offset(
+                            c.remote_addr,
+                            TSGL_ADDR[to],
+                            "SGL update below the target SGL",
+                        );
                         assert!(
                             off.is_multiple_of(RsSge::LEN) && off + RsSge::LEN <= TARGET_SGL_BYTES,
                             "SGL update at target SGL offset {off} is not an entry"
@@ -365,11 +365,11 @@ impl Pair {
                             sge.key, RBUF_RKEY[from],
                             "granted buffer with the wrong key"
                         );
-                        let start = sge
-                            .addr
-                            .checked_sub(RBUF_ADDR[from])
-                            .expect("granted buffer below the receive ring")
-                            as usize;
+                        let start = offset(
+                            sge.addr,
+                            RBUF_ADDR[from],
+                            "granted buffer below the receive ring",
+                        );
                         sender.grant(slot as usize, start, sge.length as usize);
                         receiver.tsgl[off..off + RsSge::LEN].copy_from_slice(&payload);
                         RsSge::LEN as u32
@@ -635,4 +635,10 @@ pub(crate) fn stream_bytes(side: usize, from: u64, len: usize) -> Vec<u8> {
     (0..len as u64)
         .map(|i| stream_byte(side, from + i))
         .collect()
+}
+
+/// Where `addr` lies past `base`, for a write the simulated device checks; `below` is the panic
+/// message when it lies before it.
+fn offset(addr: u64, base: u64, below: &str) -> usize {
+    addr.checked_sub(base).expect(below) as usize
 }

@@ -1,0 +1,237 @@
+//! The socket's routes: per peer, resolved by a SIDR exchange on first use or learned from a
+//! datagram the peer sent, at most `max_peers` of them; and the multicast groups it joined,
+//! each with the route its datagrams go by.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+
+use super::{RDatagram, RouteSlot, lock};
+use crate::datagram::hello::Hello;
+use crate::datagram::multicast;
+use crate::datagram::peers::Route;
+use crate::datagram::sidr::resolve_peer;
+use crate::verbs::{GRH_LEN, UdParam, WorkCompletion};
+
+impl RDatagram {
+    /// Joins the multicast group `group` (IPv4 or IPv6, of the socket's family): datagrams sent
+    /// to it are received here, and [`Self::send_to`] can send to it. Like IP multicast with
+    /// loopback on, the socket also receives what it sends to a group it joined.
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` when `group` is not a multicast address or of the other family;
+    /// `AddrInUse` when already joined; the rdma_cm error when the join fails.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: a join that did not complete leaves nothing joined.
+    pub async fn join_multicast(&self, group: IpAddr) -> io::Result<()> {
+        if lock(&self.groups).contains_key(&group) {
+            return Err(already_joined(group));
+        }
+        let membership = multicast::join(
+            self.local,
+            group,
+            self.resolve_timeout,
+            &self.id_options,
+            &self.handles,
+            &self.qp,
+        )
+        .await?;
+        let mut groups = lock(&self.groups);
+        if groups.contains_key(&group) {
+            // Another task joined meanwhile.
+            drop(groups);
+            let _ = membership.leave(&self.qp);
+            return Err(already_joined(group));
+        }
+        groups.insert(group, membership);
+        Ok(())
+    }
+
+    /// Leaves a group joined with [`Self::join_multicast`]: its datagrams are no longer
+    /// received (those already received stay queued).
+    ///
+    /// # Errors
+    ///
+    /// `AddrNotAvailable` when the group was not joined; the verbs or rdma_cm error of leaving.
+    pub fn leave_multicast(&self, group: IpAddr) -> io::Result<()> {
+        let membership = lock(&self.groups).remove(&group).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::AddrNotAvailable,
+                format!("the socket has not joined {group}"),
+            )
+        })?;
+        membership.leave(&self.qp)
+    }
+
+    /// The cached route to `target`, or to a joined group.
+    pub(super) fn cached_route(&self, target: SocketAddr) -> io::Result<Option<Arc<Route>>> {
+        if target.ip().is_multicast() {
+            return self.group_route(target.ip()).map(Some);
+        }
+        Ok(lock(&self.routes)
+            .get(&target)
+            .and_then(|slot| slot.get().cloned()))
+    }
+
+    fn group_route(&self, group: IpAddr) -> io::Result<Arc<Route>> {
+        lock(&self.groups)
+            .get(&group)
+            .map(|m| m.route.clone())
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    format!("join_multicast({group}) before sending to the group"),
+                )
+            })
+    }
+
+    /// The route to `target`: cached, or resolved once by whichever sender asks first.
+    pub(super) async fn route_to(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
+        if target.ip().is_multicast() {
+            return self.group_route(target.ip());
+        }
+        let slot = lock(&self.routes)
+            .get_or_insert_with(target, RouteSlot::default)
+            .clone();
+        slot.get_or_try_init(|| self.resolve_route(target))
+            .await
+            .cloned()
+    }
+
+    /// The SIDR exchange with `target`, from this socket's address and with its id options.
+    async fn ask_peer(&self, target: SocketAddr) -> io::Result<(UdParam, Option<Hello>)> {
+        resolve_peer(
+            self.local.ip(),
+            target,
+            self.resolve_timeout,
+            &self.id_options,
+            self.shared.hello,
+        )
+        .await
+    }
+
+    async fn resolve_route(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
+        let (ud, peer_hello) = self.ask_peer(target).await?;
+        let ah = self.handles.create(&ud.ah_attr)?;
+        match peer_hello {
+            // The peer numbers its datagrams to us from now on (it learned us from our request).
+            Some(hello) => self
+                .shared
+                .sources()
+                .learn_peer(SocketAddr::new(target.ip(), hello.port), hello.qpn),
+            None => self.shared.sources().learn_resolved(target, ud.qp_num),
+        }
+        Ok(Arc::new(Route::new(
+            ah,
+            ud.qp_num,
+            ud.qkey,
+            peer_hello.is_some(),
+        )))
+    }
+
+    /// Caches a route back to the sender of a datagram, from the datagram itself (as
+    /// `udaddy`'s server answers), unless one is cached, so replies cost no rdma_cm exchange;
+    /// senders that are not bound sockets (C `udaddy` clients) can only be answered this way.
+    /// A route forgotten to make room for others is learned again from the next datagram.
+    pub(super) fn learn_reply_route(
+        &self,
+        from: SocketAddr,
+        sequenced: bool,
+        wc: &WorkCompletion,
+        header: &[u8; GRH_LEN],
+    ) {
+        let slot = {
+            let mut routes = lock(&self.routes);
+            // Only sends keep a route recently used: a peek.
+            if routes.peek(&from).is_some_and(|slot| slot.initialized()) {
+                return;
+            }
+            routes.get_or_insert_with(from, RouteSlot::default).clone()
+        };
+        match self.handles.reply_to(wc, header, self.port_num) {
+            Ok(ah) => {
+                let route = Route::new(ah, wc.src_qp, self.qp.qkey(), sequenced);
+                // Fails only when a resolution of the same peer is under way: it wins.
+                let _ = slot.set(Arc::new(route));
+            }
+            Err(e) => tracing::debug!(%from, error = %e, "no reply route from a datagram"),
+        }
+    }
+
+    /// Test hook: resolves `target` as a first datagram to it does, and returns the traffic
+    /// class of the route rdma_cm reports (the type of service of the socket's id options).
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send_to`]'s resolution.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn __resolve_traffic_class(&self, target: SocketAddr) -> io::Result<u8> {
+        let (ud, _) = self.ask_peer(target).await?;
+        Ok(ud.ah_attr.traffic_class())
+    }
+
+    /// Test hook: a SIDR exchange with `target` in which this socket claims to be bound to
+    /// `port` with queue pair `qpn` (a peer can claim anything there); nothing is cached here.
+    /// One socket plays many senders this way.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::send_to`]'s resolution.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub async fn __introduce_as(&self, target: SocketAddr, port: u16, qpn: u32) -> io::Result<()> {
+        let claim = Hello { port, qpn };
+        resolve_peer(
+            self.local.ip(),
+            target,
+            self.resolve_timeout,
+            &self.id_options,
+            claim,
+        )
+        .await
+        .map(drop)
+    }
+
+    /// Test hook: how much the socket remembers about peers.
+    #[cfg(feature = "test-hooks")]
+    #[doc(hidden)]
+    pub fn __peer_tables(&self) -> PeerTables {
+        PeerTables {
+            routes: lock(&self.routes).len(),
+            senders: self.shared.sources().len(),
+            address_handles: self.handles.live(),
+        }
+    }
+}
+
+/// The sizes of a socket's peer tables (a test hook).
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerTables {
+    /// Cached routes to peers, resolved or being resolved.
+    pub routes: usize,
+    /// Senders known by their address, and anonymous SIDR ports.
+    pub senders: usize,
+    /// Live address handles: routes', groups' and those only in-flight sends still hold.
+    pub address_handles: usize,
+}
+
+fn already_joined(group: IpAddr) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::AddrInUse,
+        format!("the socket has already joined {group}"),
+    )
+}

@@ -1,0 +1,174 @@
+//! Sending: planning each chunk of an application write as a [`DataWrite`] to post, and what
+//! a send completion gives back (ring space, send-queue entries, control slots).
+
+use super::Connection;
+use crate::proto::error::{ProtoError, ProtoErrorKind};
+use crate::proto::imm::{CtrlCode, Op};
+use crate::proto::plan::{ControlKind, DataWrite};
+use crate::proto::sender::{Chunk, Sender, WriteBlocked, WriteCall};
+use crate::proto::wr::SendKind;
+
+/// Why `prepare_write` produced nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WriteError {
+    /// Nothing can be sent now; a send completion or a credit/SGL message from the peer will
+    /// change that (the reason says which). Wait, then call again.
+    Blocked(WriteBlocked),
+    /// Writing is over: we shut down writing, or the connection is disconnected. C returns
+    /// `ECONNRESET` here.
+    Closed,
+    /// The connection failed, or the call was invalid (the error says which).
+    Failed(ProtoError),
+}
+
+impl Connection {
+    /// `Ok` if `prepare_write` would produce a chunk now (C's `rs_can_send` plus state checks).
+    pub(crate) fn write_readiness(&self) -> Result<(), WriteError> {
+        if let Some(err) = &self.state.error {
+            return Err(WriteError::Failed(err.clone()));
+        }
+        if !self.state.connected && !self.state.disconnected {
+            return Err(WriteError::Failed(ProtoError::usage(
+                "write before the peer's connection data was handled",
+            )));
+        }
+        if !self.state.writable {
+            return Err(WriteError::Closed);
+        }
+        match self.sender.blocked() {
+            Some(reason) => Err(WriteError::Blocked(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether a write would make progress now (POLLOUT).
+    #[cfg(test)]
+    pub(crate) fn can_write(&self) -> bool {
+        self.write_readiness().is_ok()
+    }
+
+    /// Plan the next chunk of an application write with `remaining` bytes (> 0) left in this
+    /// call. The state is updated before returning (target SGE advanced, sequence number and
+    /// send-queue accounting), so the driver must post the returned write.
+    pub(crate) fn prepare_write(
+        &mut self,
+        call: &mut WriteCall,
+        remaining: usize,
+    ) -> Result<DataWrite, WriteError> {
+        self.prepare_chunk(remaining, |sender| sender.next_chunk(call, remaining))
+    }
+
+    /// Checks the connection can write `remaining` (> 0) bytes, lets `next` plan the chunk,
+    /// and records it as an outstanding send.
+    fn prepare_chunk(
+        &mut self,
+        remaining: usize,
+        next: impl FnOnce(&mut Sender) -> Result<Chunk, WriteBlocked>,
+    ) -> Result<DataWrite, WriteError> {
+        self.write_readiness()?;
+        if remaining == 0 {
+            return Err(WriteError::Failed(ProtoError::usage(
+                "a 0-byte write sends nothing: no chunk to prepare",
+            )));
+        }
+        let chunk = next(&mut self.sender).map_err(WriteError::Blocked)?;
+        Ok(self.data_write(chunk))
+    }
+
+    /// Records `chunk` as an outstanding send and returns its write.
+    fn data_write(&mut self, chunk: Chunk) -> DataWrite {
+        let wr_id = self.sends.push(SendKind::Data { len: chunk.len });
+        DataWrite {
+            wr_id,
+            signaled: chunk.signaled,
+            len: chunk.len as usize,
+            sbuf: chunk.sbuf,
+            inline: chunk.inline,
+            remote_addr: chunk.remote_addr,
+            rkey: chunk.rkey,
+            imm: Op::Data(chunk.len).encode(),
+        }
+    }
+
+    /// Plan the next chunk of a zero-copy write (sent from the caller's registered memory, not
+    /// the send ring) with `remaining` bytes (> 0) left; see `Sender::next_external_chunk`. The
+    /// returned write has an empty `sbuf` and is not inline: the driver sends its `len` bytes
+    /// from the caller's memory.
+    pub(crate) fn prepare_external_write(
+        &mut self,
+        call: &mut WriteCall,
+        remaining: usize,
+    ) -> Result<DataWrite, WriteError> {
+        self.prepare_chunk(remaining, |sender| {
+            sender.next_external_chunk(call, remaining)
+        })
+    }
+
+    /// Whether the send `wr_id` was posted and has not completed yet.
+    pub(crate) fn is_send_outstanding(&self, wr_id: u64) -> bool {
+        self.sends.is_outstanding(wr_id)
+    }
+
+    /// Plans a 0-byte DATA message: valid for the peer (it costs one of our credits and
+    /// returns at once), but carrying nothing. Tests flood a peer with these.
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn prepare_empty_write(&mut self) -> Result<DataWrite, WriteError> {
+        self.write_readiness()?;
+        let chunk = self
+            .sender
+            .next_empty_chunk()
+            .map_err(WriteError::Blocked)?;
+        let wr_id = self.sends.push(SendKind::Data { len: 0 });
+        Ok(DataWrite {
+            wr_id,
+            signaled: chunk.signaled,
+            len: 0,
+            sbuf: chunk.sbuf,
+            inline: true,
+            remote_addr: chunk.remote_addr,
+            rkey: chunk.rkey,
+            imm: Op::Data(0).encode(),
+        })
+    }
+
+    /// A send work request completed (`ok` = success status). Sends complete in post order, so
+    /// this also completes every unsignaled send posted before it. Returns the error if this
+    /// completion broke the connection.
+    pub(crate) fn handle_send_completion(
+        &mut self,
+        wr_id: u64,
+        ok: bool,
+    ) -> Result<(), ProtoError> {
+        let mut disconnect_done = false;
+        let mut last = None;
+        if let Err(err) = self.sends.completed_by(wr_id) {
+            return Err(self.fail(err));
+        }
+        for (_, kind) in self.sends.complete_through(wr_id)? {
+            match kind {
+                SendKind::Data { len } => self.sender.complete(len),
+                SendKind::Control(kind) => {
+                    self.control.release();
+                    disconnect_done |= kind == ControlKind::Ctrl(CtrlCode::Disconnect);
+                }
+                SendKind::Bind { .. } => {}
+                // A flushed invalidation revoked nothing; the connection is failing anyway.
+                SendKind::Invalidate { half, key } if ok => self.receiver.revoked(half, key),
+                SendKind::Invalidate { .. } => {}
+            }
+            last = Some(kind);
+        }
+        if disconnect_done {
+            // C: our DISCONNECT is out (or flushed): the connection is over.
+            self.enter_disconnected();
+        }
+        if !ok && self.state.connected {
+            let err = ProtoError::new(
+                ProtoErrorKind::SendFailed,
+                format!("a {last:?} send completed with an error status"),
+            );
+            return Err(self.fail(err));
+        }
+        Ok(())
+    }
+}
