@@ -41,6 +41,7 @@ mod ring_access;
 mod sender;
 mod sge;
 mod state;
+mod timers;
 mod wr;
 
 #[cfg(test)]

@@ -113,6 +113,7 @@
 //! `greeter_client.rs` (tonic; unary and server-streaming, generated from
 //! `examples/proto/greeter.proto` with a vendored protoc, so no system protoc is needed).
 
+mod deadline_timer;
 mod driver;
 mod gather;
 mod lending_ring;
@@ -127,7 +128,6 @@ mod rstream_hooks;
 mod side_wakers;
 mod split;
 mod stats;
-mod write_probe;
 
 pub use lent_bytes::LentBytes;
 pub use listener::{Incoming, RListener};

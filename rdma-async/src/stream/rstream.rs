@@ -21,20 +21,26 @@ use crate::cm::handshake;
 use crate::cm::link::CmLink;
 use crate::cm::{ConnParams, ConnectRequest};
 
-/// Posts a keepalive every `interval` while the stream lives (the task holds only a weak
-/// reference, so it ends with the stream).
-fn spawn_keepalive(core: std::sync::Weak<StreamCore>, interval: Duration, span: tracing::Span) {
+/// Runs the protocol's deadlines (the keepalive every `interval`, and a blocked writer's
+/// probe) while the stream lives and is connected. The task holds only a weak reference, so it
+/// ends with the stream.
+fn spawn_keepalive(core: &Arc<StreamCore>, interval: Duration) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
+    core.set_keepalive(interval);
+    let span = core.link().span().clone();
+    let core = Arc::downgrade(core);
     let task = async move {
-        let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         loop {
-            ticks.tick().await;
+            let Some(at) = core.upgrade().and_then(|core| core.next_timeout()) else {
+                return;
+            };
+            tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await;
             let Some(core) = core.upgrade() else {
                 return;
             };
-            if let Err(e) = core.send_keepalive() {
+            if let Err(e) = core.handle_due_timeouts() {
                 tracing::debug!(error = %e, "keepalive stopped");
                 return;
             }
@@ -264,7 +270,7 @@ impl RStream {
     ) -> io::Result<RStream> {
         let core = Arc::new(StreamCore::new(parts, link)?);
         if let Some(interval) = options.keepalive {
-            spawn_keepalive(Arc::downgrade(&core), interval, core.link().span().clone());
+            spawn_keepalive(&core, interval);
         }
         Ok(RStream {
             inner: Arc::new(Inner { core }),

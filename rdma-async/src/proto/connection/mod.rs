@@ -13,11 +13,13 @@ use super::ring_access::RingKeys;
 use super::sender::Sender;
 use super::sge::RsSge;
 use super::state::ConnState;
+use super::timers::Timers;
 use super::wr::SendQueue;
 
 mod control_writes;
 mod recv;
 mod send;
+mod timeouts;
 
 pub(crate) use recv::ReadStatus;
 #[cfg(test)]
@@ -128,6 +130,7 @@ pub(crate) struct Connection {
     receiver: Receiver,
     sends: SendQueue,
     control: Control,
+    timers: Timers,
 }
 
 impl Connection {
@@ -152,6 +155,7 @@ impl Connection {
             state: ConnState::default(),
             sends: SendQueue::default(),
             control: Control::default(),
+            timers: Timers::default(),
         }
     }
 

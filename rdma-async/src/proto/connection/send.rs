@@ -72,6 +72,7 @@ impl Connection {
             )));
         }
         let chunk = next(&mut self.sender).map_err(WriteError::Blocked)?;
+        self.timers.writer_unblocked();
         Ok(self.data_write(chunk))
     }
 

@@ -22,6 +22,7 @@
 mod hostile_prop;
 mod prop;
 mod tests;
+mod timeouts;
 
 use std::collections::{HashMap, VecDeque};
 

@@ -1,7 +1,6 @@
-//! Closing: SHUTDOWN and DISCONNECT, the keepalive, and lingering until the sends queued
-//! before close completed.
+//! Closing: SHUTDOWN and DISCONNECT, and lingering until the sends queued before close
+//! completed.
 
-use std::io;
 use std::sync::Arc;
 use std::task::Poll;
 
@@ -10,14 +9,6 @@ use crate::stream::side_wakers::{Reading, Waiter};
 use super::{CoreState, Side, StreamCore};
 
 impl StreamCore {
-    /// Posts rsockets' keepalive write now. A failed transport shows up in its completion.
-    pub(in crate::stream) fn send_keepalive(&self) -> io::Result<()> {
-        let mut state = self.lock();
-        state.conn.queue_keepalive();
-        self.pump_some(&mut state)?;
-        self.post_controls(&mut state)
-    }
-
     /// Queues rsockets' SHUTDOWN without waiting for it (dropping a write half).
     pub(in crate::stream) fn begin_shutdown(&self) {
         let mut state = self.lock();

@@ -24,6 +24,7 @@ mod post;
 mod read;
 mod region;
 mod setup;
+mod timeouts;
 mod wait;
 mod write;
 
@@ -41,10 +42,10 @@ use crate::device::DeviceContext;
 use crate::error::StickyError;
 use crate::proto::{Connection, ProtoError, ProtoErrorKind};
 use crate::reactor::{AsyncCq, WaitYields};
+use crate::stream::deadline_timer::DeadlineTimer;
 use crate::stream::region_write::LentBuffer;
 use crate::stream::side_wakers::SideWakers;
 use crate::stream::stats::StreamStats;
-use crate::stream::write_probe::WriteProbe;
 use crate::verbs::{OwnedBufferQueuePair, UserBuffer};
 
 /// The queue pair's buffers, by index.
@@ -73,8 +74,9 @@ struct CoreState {
     /// The first transport failure, which explains the protocol's later "failed" state.
     transport_error: StickyError,
     shutdown_started: bool,
-    /// Probes the peer while the writer waits for credits.
-    write_probe: WriteProbe,
+    /// Wakes the writers when the protocol's next deadline (`Connection::poll_timeout`) is
+    /// due.
+    timer: DeadlineTimer,
     stats: StreamStats,
     /// Caller buffers lent to the queue pair by zero-copy writes, in post order of their last
     /// send.
@@ -130,7 +132,7 @@ impl StreamCore {
                 conn: parts.conn,
                 transport_error: StickyError::default(),
                 shutdown_started: false,
-                write_probe: WriteProbe::new(),
+                timer: DeadlineTimer::default(),
                 stats: StreamStats::default(),
                 lent: VecDeque::new(),
                 returned: HashMap::new(),

@@ -128,7 +128,6 @@ impl StreamCore {
                 break;
             }
             state.stats.zero_copy_bytes += write.len as u64;
-            state.write_probe.disarm();
             op.done += write.len;
             last_send = Some(write.wr_id);
         }

@@ -11,6 +11,7 @@ use tokio::task::coop;
 use crate::cm::Woken;
 use crate::proto::{ReadStatus, WriteBlocked, WriteError};
 use crate::reactor::{BeforeSleep, WaitHints};
+use crate::stream::deadline_timer;
 use crate::stream::side_wakers::{Polling, Reading, Waiter};
 use crate::verbs::CompletionBatch;
 
@@ -94,9 +95,9 @@ impl StreamCore {
     }
 
     /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
-    /// peer meanwhile (see [`WriteProbe`](crate::stream::write_probe::WriteProbe)): a dead peer then fails the probe and the writer.
-    /// `blocked`: why nothing can be written, counted in the stats once per wait (`None`: the
-    /// writer waits for something else, a lent buffer's return).
+    /// peer meanwhile (the protocol's write probe, `proto::timers`): a dead peer then fails the
+    /// probe and the writer. `blocked`: why nothing can be written, counted in the stats once
+    /// per wait (`None`: the writer waits for something else, a lent buffer's return).
     pub(super) fn wait_to_write(
         &self,
         state: &mut CoreState,
@@ -105,19 +106,14 @@ impl StreamCore {
         blocked: Option<WriteBlocked>,
     ) -> Poll<io::Result<()>> {
         // A wait yields and is polled again; only its first poll counts.
-        if let Some(reason) = blocked
-            && !state.write_probe.waiting()
+        if state.conn.writer_blocked(deadline_timer::now())
+            && let Some(reason) = blocked
         {
             state.stats.count_writer_wait(reason);
         }
-        // The timer wakes every writer, so whichever polls next sends the probe.
+        // The timer wakes every writer, so whichever polls next handles the deadline.
         let mut side_cx = Context::from_waker(&self.side_wakers[Side::Write as usize]);
-        if state.write_probe.poll_due(&mut side_cx) {
-            tracing::trace!(parent: self.link.span(), "writer blocked on credits: probing the peer");
-            state.conn.queue_keepalive();
-            state.stats.write_probes += 1;
-            self.post_controls(state)?;
-        }
+        self.handle_timeouts(state, Some(&mut side_cx))?;
         self.wait(state, Side::Write, cx, waiter)
     }
 
@@ -164,7 +160,7 @@ impl StreamCore {
                         ready!(self.wait_to_write(&mut state, cx, waiter, Some(reason)))?;
                     }
                     _ => {
-                        state.write_probe.disarm();
+                        state.conn.writer_unblocked();
                         return Poll::Ready(Ok(()));
                     }
                 },

@@ -40,7 +40,6 @@ impl StreamCore {
             match state.conn.prepare_write(&mut call, source.remaining()) {
                 Ok(write) => {
                     self.push_data(&mut state, &mut chain, &write, &mut source)?;
-                    state.write_probe.disarm();
                     written += write.len;
                 }
                 Err(_) if written > 0 => break,
