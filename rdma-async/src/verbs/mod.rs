@@ -21,6 +21,7 @@ mod event_channel;
 #[cfg(feature = "test-hooks")]
 pub(crate) mod fault_injection;
 mod foreign_memory;
+mod held_posting;
 mod in_flight;
 mod mapping;
 mod memory;
@@ -39,6 +40,7 @@ mod sockaddr;
 mod ud_queue_pair;
 mod user_buffer;
 mod work;
+mod work_request;
 
 pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
 pub(crate) use async_events::{AsyncEventFd, RawAsyncEvent, event_type_str, query_port_state};
@@ -56,9 +58,7 @@ pub(crate) use memory::{Access, RegFlags, RegisteredBuffer};
 pub(crate) use memory_window::{MemoryWindow, WindowBinding, WindowOp};
 pub(crate) use odp::{OdpCaps, prefetch};
 pub(crate) use protection_domain::ProtectionDomain;
-pub(crate) use queue_pair::{
-    BufferView, Doorbell, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps, Segment, WorkRequest,
-};
+pub(crate) use queue_pair::{BufferView, QpCaps};
 #[cfg(feature = "test-hooks")]
 pub use resource_limits::Resource;
 pub(crate) use resource_limits::ResourceError;
@@ -70,3 +70,6 @@ pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
 pub(crate) use shared_recv_queue::SharedRecvQueue;
 pub(crate) use ud_queue_pair::{UdCaps, UdQueuePair, UdSend, port_mtu};
 pub(crate) use work::{WcStatus, WorkCompletion};
+pub(crate) use work_request::{
+    Doorbell, MAX_SEGMENTS, Opcode, Payload, Posted, Segment, WorkRequest,
+};
