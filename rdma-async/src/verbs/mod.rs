@@ -7,6 +7,7 @@
 //! through a Rust reference: the device (and, with remote access, the peer) may write it at any
 //! time, so data moves in and out with raw-pointer copies only.
 
+mod access;
 mod address_handle;
 mod async_events;
 mod async_fd;
@@ -32,6 +33,7 @@ mod protection_domain;
 mod qp_attr;
 mod queue_pair;
 mod range_registration;
+mod registration;
 mod remote_grants;
 mod resource_limits;
 mod send_chain;
@@ -42,6 +44,7 @@ mod user_buffer;
 mod work;
 mod work_request;
 
+pub(crate) use access::{Access, RegFlags};
 pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
 pub(crate) use async_events::{AsyncEventFd, RawAsyncEvent, event_type_str, query_port_state};
 pub(crate) use async_fd::register_readable;
@@ -54,7 +57,7 @@ pub(crate) use device_list::DeviceList;
 pub(crate) use event_channel::{CmEvent, EventChannel, IncomingId, UdParam};
 pub(crate) use in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 pub(crate) use mapping::huge_page_size;
-pub(crate) use memory::{Access, RegFlags, RegisteredBuffer};
+pub(crate) use memory::RegisteredBuffer;
 pub(crate) use memory_window::{MemoryWindow, WindowBinding, WindowOp};
 pub(crate) use odp::{OdpCaps, prefetch};
 pub(crate) use protection_domain::ProtectionDomain;

@@ -11,10 +11,11 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
+use super::access::Access;
 use super::address_handle::AddressHandle;
 use super::cm_id::CmId;
 use super::comp_queue::CompletionQueue;
-use super::memory::{Access, RegisteredBuffer};
+use super::memory::RegisteredBuffer;
 use super::protection_domain::ProtectionDomain;
 use crate::error;
 

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::memory::{Access, RegisteredBuffer};
+use super::access::Access;
+use super::memory::RegisteredBuffer;
 use super::protection_domain::ProtectionDomain;
 use crate::error;
 
