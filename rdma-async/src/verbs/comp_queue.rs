@@ -9,12 +9,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rdma_async_sys as sys;
 
-use super::async_fd::OwnsFd;
+use super::async_fd::{OwnsFd, set_nonblocking};
 use super::cm_id::CmId;
 use super::completion_batch::{CompletionBatch, MAX_POLL};
-use super::event_channel::set_nonblocking;
+use super::resource::Resource;
 use super::resource_limits::{
-    COMPLETION_QUEUES, DeviceLimits, Memlock, Resource, completion_queue_error, injected_failure,
+    COMPLETION_QUEUES, DeviceLimits, Memlock, completion_queue_error, injected_failure,
 };
 use super::work::WorkCompletion;
 use crate::error;

@@ -9,8 +9,9 @@ use rdma_async_sys as sys;
 
 use super::access::{Access, RegFlags};
 use super::protection_domain::ProtectionDomain;
+use super::resource::Resource;
 use super::resource_limits::{
-    DeviceLimits, MEMORY_REGIONS, Memlock, Resource, injected_failure, registration_error,
+    DeviceLimits, MEMORY_REGIONS, Memlock, injected_failure, registration_error,
 };
 use crate::error;
 

@@ -18,7 +18,8 @@ use super::super::mapping::Mapping;
 use super::super::protection_domain::ProtectionDomain;
 use super::super::range_registration::RangeRegistrations;
 use super::super::registration::{last_errno, register, registered, try_register};
-use super::super::resource_limits::{Resource, injected_failure};
+use super::super::resource::Resource;
+use super::super::resource_limits::injected_failure;
 use super::{Backing, RegisteredBuffer};
 use crate::error;
 
