@@ -8,8 +8,8 @@ use rdma_async_sys as sys;
 
 use super::access::Access;
 use super::memory::RegisteredBuffer;
-use super::protection_domain::ProtectionDomain;
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
 
 /// Caller-owned registered memory: the only kind an in-flight table accepts.
 ///

@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rdma_async_sys as sys;
 
-use super::ah_attr::AhAttr;
 use super::protection_domain::ProtectionDomain;
-use super::work::WorkCompletion;
 use crate::error;
+use crate::verbs::cm::AhAttr;
+use crate::verbs::cq::WorkCompletion;
 
 /// Bytes of the Global Route Header the device writes in front of every received datagram.
 pub(crate) const GRH_LEN: usize = 40;

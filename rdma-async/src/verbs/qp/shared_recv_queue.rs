@@ -8,9 +8,9 @@ use rdma_async_sys as sys;
 
 use super::held_posting::post_recv_into;
 use super::in_flight::{Held, InFlightTable, Ticket};
-use super::protection_domain::ProtectionDomain;
 use super::work_request::{MAX_SEGMENTS, Segment};
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
 
 /// A shared receive queue: receives posted here are consumed by any queue pair created on it.
 ///

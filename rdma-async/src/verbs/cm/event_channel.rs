@@ -8,8 +8,8 @@ use rdma_async_sys as sys;
 use sys::rdma_cm_event_type as ev;
 
 use super::ah_attr::AhAttr;
-use super::async_fd::{OwnsFd, set_nonblocking};
 use crate::error;
+use crate::verbs::device::{OwnsFd, set_nonblocking};
 
 /// An owned, non-blocking rdma_cm event channel.
 #[derive(Debug)]

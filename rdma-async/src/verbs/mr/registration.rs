@@ -8,12 +8,11 @@ use std::ptr::NonNull;
 use rdma_async_sys as sys;
 
 use super::access::{Access, RegFlags};
-use super::protection_domain::ProtectionDomain;
-use super::resource::Resource;
-use super::resource_limits::{
-    DeviceLimits, MEMORY_REGIONS, Memlock, injected_failure, registration_error,
-};
 use crate::error;
+use crate::verbs::device::{
+    DeviceLimits, MEMORY_REGIONS, Memlock, Resource, injected_failure, registration_error,
+};
+use crate::verbs::pd::ProtectionDomain;
 
 /// Registers `len` bytes at `ptr`; on failure the error names the limit that was hit (the
 /// locked-memory limit, the device's memory regions), the size asked and how to raise it.
@@ -94,8 +93,8 @@ pub(super) fn registered(
 /// `mr` is a live registration, deregistered once it succeeded.
 pub(super) unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> io::Result<()> {
     #[cfg(feature = "test-hooks")]
-    if let Some(errno) = super::fault_injection::injected_teardown(
-        super::fault_injection::Teardown::DeregisterMemory,
+    if let Some(errno) = crate::verbs::device::fault_injection::injected_teardown(
+        crate::verbs::device::fault_injection::Teardown::DeregisterMemory,
     ) {
         return Err(error::call_error("ibv_dereg_mr", errno));
     }

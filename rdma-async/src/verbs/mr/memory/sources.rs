@@ -15,13 +15,12 @@ use rdma_async_sys as sys;
 use super::super::access::{Access, RegFlags};
 use super::super::foreign_memory::ForeignMemory;
 use super::super::mapping::Mapping;
-use super::super::protection_domain::ProtectionDomain;
 use super::super::range_registration::RangeRegistrations;
 use super::super::registration::{last_errno, register, registered, try_register};
-use super::super::resource::Resource;
-use super::super::resource_limits::injected_failure;
 use super::{Backing, RegisteredBuffer};
 use crate::error;
+use crate::verbs::device::{Resource, injected_failure};
+use crate::verbs::pd::ProtectionDomain;
 
 impl RegisteredBuffer {
     /// Allocates `len` zeroed bytes and registers them for local write (and `access`).

@@ -8,17 +8,17 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use rdma_async_sys as sys;
 
-use super::super::cm_id::CmId;
-use super::super::comp_queue::CompletionQueue;
 use super::super::deferred_sends::DeferredSends;
 use super::super::held_posting::{hold_and_post, post_recv_into};
 use super::super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
-use super::super::memory_window::WindowOp;
-use super::super::protection_domain::ProtectionDomain;
 use super::super::shared_recv_queue::SharedRecvQueue;
 use super::super::work_request::{Doorbell, Opcode, Posted, Segment, set_opcode};
 use super::{QpCaps, RcQueuePair};
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::cq::CompletionQueue;
+use crate::verbs::mr::WindowOp;
+use crate::verbs::pd::ProtectionDomain;
 
 /// The memory of a [`CallerMemoryQueuePair`]: the table that holds the caller's buffers while
 /// their work requests are outstanding, and the shared receive queue it receives through, if any.

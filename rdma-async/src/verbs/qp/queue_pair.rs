@@ -23,12 +23,12 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use rdma_async_sys as sys;
 
-use super::cm_id::CmId;
-use super::comp_queue::CompletionQueue;
-use super::protection_domain::ProtectionDomain;
 use super::shared_recv_queue::SharedRecvQueue;
 use super::work_request::MAX_SEGMENTS;
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::cq::CompletionQueue;
+use crate::verbs::pd::ProtectionDomain;
 
 mod caller_memory;
 mod owned_buffers;
@@ -157,7 +157,7 @@ impl<M> RcQueuePair<M> {
             // SAFETY: the QP is live (checked under the write lock, so no post is using it) and
             // destroyed once; rdma_cm clears the id's pointer to it.
             unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
-            super::resource_limits::QUEUE_PAIRS.destroyed(0);
+            crate::verbs::device::QUEUE_PAIRS.destroyed(0);
         }
     }
 

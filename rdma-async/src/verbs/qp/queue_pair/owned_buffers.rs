@@ -11,17 +11,14 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use rdma_async_sys as sys;
 
-use super::super::cm_id::CmId;
-use super::super::comp_queue::CompletionQueue;
-use super::super::memory::RegisteredBuffer;
-use super::super::memory_window::{MemoryWindow, fill_invalidate_key};
-use super::super::protection_domain::ProtectionDomain;
 use super::super::remote_grants::{BufferRange, RemoteGrants};
-use super::super::user_buffer::UserBuffer;
-use super::super::work::WorkCompletion;
 use super::super::work_request::Segment;
 use super::{QpCaps, RcQueuePair};
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::cq::{CompletionQueue, WorkCompletion};
+use crate::verbs::mr::{MemoryWindow, RegisteredBuffer, UserBuffer, fill_invalidate_key};
+use crate::verbs::pd::ProtectionDomain;
 
 /// The memory of an [`OwnedBufferQueuePair`]: registered buffers that work requests index, and
 /// the caller's buffers lent to it for zero-copy sends.
@@ -34,7 +31,7 @@ pub struct OwnedBuffers {
     grants: RemoteGrants,
     fixed: Vec<RegisteredBuffer>,
     /// Caller buffers that work requests may name
-    /// ([`Payload::Lent`](crate::verbs::Payload::Lent)), by lend id. A buffer leaves only
+    /// ([`Payload::Lent`](crate::verbs::qp::Payload::Lent)), by lend id. A buffer leaves only
     /// through [`OwnedBufferQueuePair::reclaim`], which the owner calls once the completion
     /// covering every request that named it was polled; otherwise it is freed with the queue
     /// pair, after the queue pair was destroyed.
@@ -229,7 +226,7 @@ impl OwnedBufferQueuePair {
     }
 
     /// Lends `buffer` to the queue pair, so that work requests can send from it
-    /// ([`Payload::Lent`](crate::verbs::Payload::Lent) with the returned id). It must be
+    /// ([`Payload::Lent`](crate::verbs::qp::Payload::Lent) with the returned id). It must be
     /// registered on the queue pair's protection domain.
     pub(crate) fn lend(&self, buffer: UserBuffer) -> Result<u64, (io::Error, UserBuffer)> {
         if !Arc::ptr_eq(buffer.registered().pd(), &self._pd) {
@@ -264,7 +261,7 @@ impl OwnedBufferQueuePair {
     }
 
     /// The gather entry for `len` bytes at `offset` of lent buffer `id`, after checking them.
-    pub(in crate::verbs) fn lent_sge(
+    pub(in crate::verbs::qp) fn lent_sge(
         &self,
         id: u64,
         offset: usize,
@@ -287,7 +284,7 @@ impl OwnedBufferQueuePair {
     }
 
     /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
-    pub(in crate::verbs) fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
+    pub(in crate::verbs::qp) fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
         self.memory
             .fixed
             .get(segment.buffer)

@@ -60,8 +60,9 @@ impl RawConnParam {
 /// An owned `rdma_cm_id`, bound to the event channel it reports on.
 ///
 /// Destroying the id requires its queue pair to be gone: the queue pair owner
-/// ([`super::queue_pair::RcQueuePair`] or [`super::UdQueuePair`]) holds an `Arc<CmId>`, so the
-/// id outlives it.
+/// ([`OwnedBufferQueuePair`](crate::verbs::qp::OwnedBufferQueuePair),
+/// [`CallerMemoryQueuePair`](crate::verbs::qp::CallerMemoryQueuePair) or
+/// [`UdQueuePair`](crate::verbs::qp::UdQueuePair)) holds an `Arc<CmId>`, so the id outlives it.
 #[derive(Debug)]
 pub(crate) struct CmId {
     raw: NonNull<sys::rdma_cm_id>,

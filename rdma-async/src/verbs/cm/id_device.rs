@@ -7,7 +7,7 @@ use std::io;
 use rdma_async_sys as sys;
 
 use super::cm_id::CmId;
-use super::device_attr::{device_name, query_device, query_port};
+use crate::verbs::device::{device_name, query_device, query_port};
 
 /// An open device's attributes and the port an rdma_cm id is bound to.
 #[derive(Clone)]

@@ -6,14 +6,12 @@ use std::io;
 
 use rdma_async_sys as sys;
 
-use super::cm_id::CmId;
-use super::device_attr::device_name;
-use super::protection_domain::ProtectionDomain;
-use super::resource::Resource;
-use super::resource_limits::{
-    DeviceLimits, Memlock, QUEUE_PAIRS, injected_failure, queue_pair_error,
-};
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::device::{
+    DeviceLimits, Memlock, QUEUE_PAIRS, Resource, device_name, injected_failure, queue_pair_error,
+};
+use crate::verbs::pd::ProtectionDomain;
 
 impl CmId {
     /// Creates the id's queue pair (`rdma_create_qp`) on `pd`; `attr` is updated with the

@@ -16,10 +16,10 @@ use rdma_async_sys as sys;
 
 use super::access::{Access, RegFlags};
 use super::mapping::Mapping;
-use super::protection_domain::ProtectionDomain;
 use super::range_registration::{self, RangeRegistrations};
 use super::registration::{deregister, register};
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
 
 mod sources;
 
@@ -104,7 +104,7 @@ impl RegisteredBuffer {
     /// A view of `len` bytes at `offset`, when [`Self::may_be_written`] is false for them (and
     /// the CPU owns the memory); the caller keeps windows from being bound over them while the
     /// view lives.
-    pub(super) fn unreachable_view(&self, offset: usize, len: usize) -> Option<&[u8]> {
+    pub(in crate::verbs) fn unreachable_view(&self, offset: usize, len: usize) -> Option<&[u8]> {
         if self.cpu_access() != CpuAccess::ReadWrite || self.may_be_written(offset, len) {
             return None;
         }
