@@ -247,6 +247,8 @@ impl<'q> SendChain<'q> {
     }
 }
 
+// Here rather than beside the queue pair: one request is a chain of one, and the chain builds on
+// the queue pair, not the other way round.
 impl OwnedBufferQueuePair {
     /// Posts one work request to the send queue.
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
