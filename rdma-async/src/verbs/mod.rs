@@ -6,67 +6,53 @@
 //! protection domain, everything before its `rdma_cm_id`). Registered memory is never viewed
 //! through a Rust reference: the device (and, with remote access, the peer) may write it at any
 //! time, so data moves in and out with raw-pointer copies only.
+//!
+//! The files are grouped by the family of C objects they own, in floors: each folder imports
+//! only from the folders below it, never from one above, and the imports between the files of
+//! one folder form no circle. From the bottom:
+//!
+//! 1. [`device`]: device lists and contexts, device and port attributes, asynchronous events,
+//!    the limits creation runs into, channel descriptors for Tokio.
+//! 2. [`cm`]: rdma_cm ids and event channels (on a device).
+//! 3. [`cq`]: completion channels and queues, work completions (on an id's device context).
+//! 4. [`pd`]: protection domains and address handles (on an id's or the device list's context;
+//!    a handle may be made from a work completion).
+//! 5. [`mr`]: registered memory and memory windows (on a protection domain).
+//! 6. [`qp`]: queue pairs, shared receive queues and what they post (on all of the above).
+//!
+//! The rest of the crate uses the re-exports below, not the folders.
 
-mod address_handle;
-mod async_events;
-mod async_fd;
-mod cm_devices;
-mod cm_id;
-mod comp_queue;
-mod completion_batch;
-mod deferred_sends;
-mod device_attr;
-mod device_list;
-mod event_channel;
-#[cfg(feature = "test-hooks")]
-pub(crate) mod fault_injection;
-mod foreign_memory;
-mod in_flight;
-mod mapping;
-mod memory;
-mod memory_window;
-mod multicast;
-mod odp;
-mod protection_domain;
-mod qp_attr;
-mod queue_pair;
-mod range_registration;
-mod remote_grants;
-mod resource_limits;
-mod send_chain;
-mod shared_recv_queue;
-mod sockaddr;
-mod ud_queue_pair;
-mod user_buffer;
-mod work;
+mod cm;
+mod cq;
+mod device;
+mod mr;
+mod pd;
+mod qp;
 
-pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
-pub(crate) use async_events::{AsyncEventFd, RawAsyncEvent, event_type_str, query_port_state};
-pub(crate) use async_fd::register_readable;
-pub(crate) use cm_devices::CmDevices;
-pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
-pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
-pub(crate) use completion_batch::CompletionBatch;
-pub(crate) use device_attr::IdDevice;
-pub(crate) use device_list::DeviceList;
-pub(crate) use event_channel::{CmEvent, EventChannel, IncomingId, UdParam};
-pub(crate) use in_flight::{Held, InFlightTable, Ticket, WorkQueue};
-pub(crate) use mapping::huge_page_size;
-pub(crate) use memory::{Access, RegFlags, RegisteredBuffer};
-pub(crate) use memory_window::{MemoryWindow, WindowBinding, WindowOp};
-pub(crate) use odp::{OdpCaps, prefetch};
-pub(crate) use protection_domain::ProtectionDomain;
-pub(crate) use queue_pair::{
-    BufferView, Doorbell, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps, Segment, WorkRequest,
+pub(crate) use cm::{
+    CmEvent, CmId, EventChannel, IdDevice, IncomingId, PortSpace, RawConnParam, UdParam,
+};
+pub(crate) use cq::{
+    CompletionBatch, CompletionChannel, CompletionQueue, WcStatus, WorkCompletion,
 };
 #[cfg(feature = "test-hooks")]
-pub use resource_limits::Resource;
-pub(crate) use resource_limits::ResourceError;
-pub(crate) use send_chain::SendChain;
-pub(crate) use user_buffer::{SlabSlice, SliceHome, UserBuffer};
+pub use device::Resource;
+#[cfg(feature = "test-hooks")]
+pub(crate) use device::fault_injection;
+pub(crate) use device::{
+    AsyncEventFd, CmDevices, DeviceList, RawAsyncEvent, ResourceError, event_type_str,
+    query_port_state, register_readable,
+};
+pub(crate) use mr::{
+    Access, MemoryWindow, OdpCaps, RegFlags, RegisteredBuffer, SlabSlice, SliceHome, UserBuffer,
+    WindowBinding, WindowOp, huge_page_size, prefetch,
+};
+pub(crate) use pd::{AddressHandle, AddressHandles, GRH_LEN, ProtectionDomain};
+pub(crate) use qp::{
+    BufferView, Doorbell, Held, InFlightTable, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps,
+    Segment, SendChain, SharedRecvQueue, Ticket, UdCaps, UdQueuePair, UdSend, WorkQueue,
+    WorkRequest, port_mtu,
+};
 // `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
-pub use foreign_memory::ForeignMemory;
-pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
-pub(crate) use shared_recv_queue::SharedRecvQueue;
-pub(crate) use ud_queue_pair::{UdCaps, UdQueuePair, UdSend, port_mtu};
-pub(crate) use work::{WcStatus, WorkCompletion};
+pub use mr::ForeignMemory;
+pub use qp::{CallerMemoryQueuePair, OwnedBufferQueuePair};

@@ -6,8 +6,8 @@ use std::io;
 
 use rdma_async_sys as sys;
 
-use super::cm_id::CmId;
 use crate::error;
+use crate::verbs::cm::CmId;
 
 impl CmId {
     /// The local ACK timeout exponent of the id's queue pair (`ibv_qp_attr::timeout`), which

@@ -11,8 +11,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rdma_async_sys as sys;
 
-use super::work::WorkCompletion;
 use crate::error;
+use crate::verbs::cq::WorkCompletion;
 
 /// A part of one of the queue pair's buffers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -170,7 +170,7 @@ impl RemoteGrants {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::verbs::WcStatus;
+    use crate::verbs::cq::WcStatus;
 
     const HALF_0: BufferRange = BufferRange {
         buffer: 1,

@@ -6,9 +6,10 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::memory::{Access, RegisteredBuffer};
-use super::protection_domain::ProtectionDomain;
+use super::access::Access;
+use super::memory::RegisteredBuffer;
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
 
 /// Caller-owned registered memory: the only kind an in-flight table accepts.
 ///

@@ -7,7 +7,7 @@
 
 use std::cell::RefCell;
 
-use super::resource_limits::Resource;
+use super::resource::Resource;
 
 /// A teardown a test can make fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -15,18 +15,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rdma_async_sys as sys;
 
 use super::device_attr::{device_name, query_device};
+use super::resource::Resource;
 use crate::error;
-
-/// A verbs object whose creation can run out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Resource {
-    /// A memory registration (`ibv_reg_mr`).
-    MemoryRegion,
-    /// A queue pair (`rdma_create_qp`).
-    QueuePair,
-    /// A completion queue (`ibv_create_cq`).
-    CompletionQueue,
-}
 
 /// The errno a test asked this creation of `resource` to fail with (feature `test-hooks`);
 /// always `None` without it.

@@ -1,6 +1,5 @@
 //! `ibv_ah`: how a datagram queue pair addresses a remote port (or a multicast group).
 
-use std::fmt;
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -9,45 +8,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rdma_async_sys as sys;
 
 use super::protection_domain::ProtectionDomain;
-use super::work::WorkCompletion;
 use crate::error;
+use crate::verbs::cm::AhAttr;
+use crate::verbs::cq::WorkCompletion;
 
 /// Bytes of the Global Route Header the device writes in front of every received datagram.
 pub(crate) const GRH_LEN: usize = 40;
-
-/// Address handle attributes (`struct ibv_ah_attr`) as rdma_cm reports them for a peer or group.
-#[derive(Clone, Copy)]
-pub(crate) struct AhAttr(pub(super) sys::ibv_ah_attr);
-
-impl AhAttr {
-    /// The destination GID (for a group: the multicast GID to attach a queue pair to).
-    pub(crate) fn dgid(&self) -> [u8; 16] {
-        // SAFETY: every bit pattern is a valid `raw` view of the GID union.
-        unsafe { self.0.grh.dgid.raw }
-    }
-
-    /// The traffic class of the global route header (on RoCE, the id's type of service).
-    #[cfg(feature = "test-hooks")]
-    pub(crate) fn traffic_class(&self) -> u8 {
-        self.0.grh.traffic_class
-    }
-
-    /// The destination LID (InfiniBand; zero on RoCE).
-    pub(crate) fn dlid(&self) -> u16 {
-        self.0.dlid
-    }
-}
-
-impl fmt::Debug for AhAttr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AhAttr")
-            .field("dgid", &std::net::Ipv6Addr::from(self.dgid()))
-            .field("dlid", &self.0.dlid)
-            .field("is_global", &self.0.is_global)
-            .field("port_num", &self.0.port_num)
-            .finish()
-    }
-}
 
 /// An owned address handle on a protection domain.
 #[derive(Debug)]

@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
+use super::held_posting::post_recv_into;
 use super::in_flight::{Held, InFlightTable, Ticket};
-use super::protection_domain::ProtectionDomain;
-use super::queue_pair::{MAX_SEGMENTS, Segment, post_recv_into};
+use super::work_request::{MAX_SEGMENTS, Segment};
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
 
 /// A shared receive queue: receives posted here are consumed by any queue pair created on it.
 ///

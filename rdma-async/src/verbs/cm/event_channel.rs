@@ -7,9 +7,9 @@ use std::ptr::NonNull;
 use rdma_async_sys as sys;
 use sys::rdma_cm_event_type as ev;
 
-use super::address_handle::AhAttr;
-use super::async_fd::OwnsFd;
+use super::ah_attr::AhAttr;
 use crate::error;
+use crate::verbs::device::{OwnsFd, set_nonblocking};
 
 /// An owned, non-blocking rdma_cm event channel.
 #[derive(Debug)]
@@ -98,16 +98,6 @@ impl Drop for EventChannel {
         // channel, so none is left.
         unsafe { sys::rdma_destroy_event_channel(self.raw.as_ptr()) }
     }
-}
-
-pub(super) fn set_nonblocking(fd: RawFd) -> io::Result<()> {
-    // SAFETY: fcntl on a descriptor we own, with plain integer arguments.
-    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
-    // SAFETY: as above.
-    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
-        return Err(error::last_error("fcntl(O_NONBLOCK)"));
-    }
-    Ok(())
 }
 
 /// An owned copy of an `rdma_cm_event`, safe to keep after the event was acked.

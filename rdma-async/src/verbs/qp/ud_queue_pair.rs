@@ -11,12 +11,11 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::address_handle::AddressHandle;
-use super::cm_id::CmId;
-use super::comp_queue::CompletionQueue;
-use super::memory::{Access, RegisteredBuffer};
-use super::protection_domain::ProtectionDomain;
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::cq::CompletionQueue;
+use crate::verbs::mr::{Access, RegisteredBuffer};
+use crate::verbs::pd::{AddressHandle, ProtectionDomain};
 
 /// Queue depths and buffer sizes of a datagram queue pair.
 #[derive(Debug, Clone, Copy)]
@@ -165,7 +164,7 @@ impl UdQueuePair {
     }
 
     /// Posts a receive into `len` bytes of the receive buffer at `offset` (the first
-    /// [`super::GRH_LEN`] of which receive the GRH).
+    /// [`GRH_LEN`](crate::verbs::pd::GRH_LEN) of which receive the GRH).
     pub(crate) fn post_recv(&self, wr_id: u64, offset: usize, len: usize) -> io::Result<()> {
         let mut sge = self.recv_buf.sge(offset, len)?;
         // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
@@ -229,6 +228,6 @@ impl Drop for UdQueuePair {
         // SAFETY: the QP is live and destroyed once. After this returns the device no longer
         // accesses its work requests, so the buffers (dropped after this) can be freed.
         unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
-        super::resource_limits::QUEUE_PAIRS.destroyed(0);
+        crate::verbs::device::QUEUE_PAIRS.destroyed(0);
     }
 }

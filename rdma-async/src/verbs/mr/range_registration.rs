@@ -9,7 +9,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rdma_async_sys as sys;
 
-use super::memory::deregister;
+use super::registration::deregister;
 
 /// One registration of `len` bytes at `offset` of the buffer; `None` once deregistered.
 #[derive(Debug)]

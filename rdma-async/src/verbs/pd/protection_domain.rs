@@ -6,10 +6,9 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::cm_devices::CmDevices;
-use super::cm_id::CmId;
-use super::device_attr::device_name;
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::device::{CmDevices, device_name};
 
 /// An owned protection domain on one device context of librdmacm.
 ///

@@ -9,15 +9,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use rdma_async_sys as sys;
 
-use super::async_fd::OwnsFd;
-use super::cm_id::CmId;
 use super::completion_batch::{CompletionBatch, MAX_POLL};
-use super::event_channel::set_nonblocking;
-use super::resource_limits::{
-    COMPLETION_QUEUES, DeviceLimits, Memlock, Resource, completion_queue_error, injected_failure,
-};
 use super::work::WorkCompletion;
 use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::device::{
+    COMPLETION_QUEUES, DeviceLimits, Memlock, OwnsFd, Resource, completion_queue_error,
+    injected_failure, set_nonblocking,
+};
 
 /// An owned, non-blocking completion channel on the device of an rdma_cm id.
 #[derive(Debug)]

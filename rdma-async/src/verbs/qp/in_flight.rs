@@ -12,10 +12,9 @@ use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
-use super::memory_window::WindowBinding;
-use super::user_buffer::UserBuffer;
-use super::work::{WcStatus, WorkCompletion};
 use crate::error;
+use crate::verbs::cq::{WcStatus, WorkCompletion};
+use crate::verbs::mr::{UserBuffer, WindowBinding};
 
 /// The buffers a work request uses, held by its slot while it is outstanding.
 #[derive(Debug, Default)]

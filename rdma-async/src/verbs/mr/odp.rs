@@ -4,7 +4,7 @@ use std::io;
 
 use rdma_async_sys as sys;
 
-use super::protection_domain::ProtectionDomain;
+use crate::verbs::pd::ProtectionDomain;
 
 /// A device's on-demand paging capabilities (`ibv_device_attr_ex::odp_caps`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -7,12 +7,7 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::device_attr::device_name;
 use super::event_channel::{EventChannel, IncomingId};
-use super::protection_domain::ProtectionDomain;
-use super::resource_limits::{
-    DeviceLimits, Memlock, QUEUE_PAIRS, Resource, injected_failure, queue_pair_error,
-};
 use super::sockaddr::{from_sockaddr, to_sockaddr};
 use crate::error;
 
@@ -65,8 +60,9 @@ impl RawConnParam {
 /// An owned `rdma_cm_id`, bound to the event channel it reports on.
 ///
 /// Destroying the id requires its queue pair to be gone: the queue pair owner
-/// ([`super::queue_pair::RcQueuePair`] or [`super::UdQueuePair`]) holds an `Arc<CmId>`, so the
-/// id outlives it.
+/// ([`OwnedBufferQueuePair`](crate::verbs::qp::OwnedBufferQueuePair),
+/// [`CallerMemoryQueuePair`](crate::verbs::qp::CallerMemoryQueuePair) or
+/// [`UdQueuePair`](crate::verbs::qp::UdQueuePair)) holds an `Arc<CmId>`, so the id outlives it.
 #[derive(Debug)]
 pub(crate) struct CmId {
     raw: NonNull<sys::rdma_cm_id>,
@@ -156,51 +152,6 @@ impl CmId {
         let qp = unsafe { (*self.raw.as_ptr()).qp };
         // SAFETY: a non-null `qp` points to a live `ibv_qp` (above).
         (!qp.is_null()).then(|| unsafe { (*qp).qp_num })
-    }
-
-    /// Creates the id's queue pair (`rdma_create_qp`) on `pd`; `attr` is updated with the
-    /// capabilities granted. Returns the queue pair's number.
-    ///
-    /// # Safety
-    ///
-    /// The completion queues (and shared receive queue, if any) named in `attr` are live, on
-    /// `pd`'s device, and outlive the queue pair.
-    pub(crate) unsafe fn create_qp(
-        &self,
-        pd: &ProtectionDomain,
-        attr: &mut sys::ibv_qp_init_attr,
-    ) -> io::Result<u32> {
-        let device = self.verbs()?;
-        if pd.context() != device {
-            return Err(error::invalid_input(format!(
-                "the protection domain is on RDMA device {}, but the connection goes through {}",
-                pd.device_name(),
-                device_name(device)
-            )));
-        }
-        let (send_wr, recv_wr) = (attr.cap.max_send_wr, attr.cap.max_recv_wr);
-        let failed = injected_failure(Resource::QueuePair).or_else(|| {
-            // SAFETY: the id and `pd` are live; the caller vouches for the queues in `attr`.
-            let ret = unsafe { sys::rdma_create_qp(self.as_ptr(), pd.as_ptr(), attr) };
-            (ret != 0).then(|| {
-                io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO)
-            })
-        });
-        if let Some(errno) = failed {
-            let device = self.verbs().ok().and_then(DeviceLimits::of);
-            return Err(queue_pair_error(
-                send_wr,
-                recv_wr,
-                errno,
-                Memlock::current(),
-                device.as_ref(),
-            ));
-        }
-        QUEUE_PAIRS.created(0);
-        self.qp_num()
-            .ok_or_else(|| error::call_error("rdma_create_qp", libc::EIO))
     }
 
     pub(crate) fn bind_addr(&self, addr: SocketAddr) -> io::Result<()> {

@@ -1,26 +1,27 @@
-//! Registered memory: page-aligned allocations, a caller's `Vec<u8>` whose ownership moves in for
-//! as long as it is registered, huge pages, read-only file mappings, caller-owned memory and
-//! dma-bufs.
+//! [`RegisteredBuffer`]: memory registered with a protection domain, and the CPU's access to
+//! it: raw copies in and out at checked offsets, views only of bytes no peer and no work request
+//! can write, and deregistration before the memory is freed. Where the memory comes from is
+//! [`sources`]'s part.
 
 use std::alloc::{self, Layout};
 use std::any::Any;
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::foreign_memory::ForeignMemory;
+use super::access::{Access, RegFlags};
 use super::mapping::Mapping;
-use super::protection_domain::ProtectionDomain;
 use super::range_registration::{self, RangeRegistrations};
-use super::resource_limits::{
-    DeviceLimits, MEMORY_REGIONS, Memlock, Resource, injected_failure, registration_error,
-};
+use super::registration::{deregister, register};
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
+
+mod sources;
 
 /// Memory registered with a protection domain.
 ///
@@ -91,237 +92,7 @@ unsafe impl Send for RegisteredBuffer {}
 // SAFETY: `&self` methods only read immutable fields or copy through raw pointers.
 unsafe impl Sync for RegisteredBuffer {}
 
-/// Access rights of a registration.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Access {
-    pub(crate) remote_read: bool,
-    pub(crate) remote_write: bool,
-    /// `IBV_ACCESS_REMOTE_ATOMIC`: the peer may compare-and-swap and fetch-and-add 8-byte words.
-    pub(crate) remote_atomic: bool,
-    /// `IBV_ACCESS_MW_BIND`: memory windows may be bound over the memory (which grants the peer
-    /// access only through them).
-    pub(crate) mw_bind: bool,
-}
-
-/// How a registration is made, besides its remote access.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct RegFlags {
-    /// `IBV_ACCESS_LOCAL_WRITE`: the device may write the memory (receives, RDMA read results).
-    pub(crate) local_write: bool,
-    /// `IBV_ACCESS_ON_DEMAND`: pages are faulted in by the device rather than pinned.
-    pub(crate) on_demand: bool,
-}
-
-impl RegFlags {
-    pub(crate) const PINNED: RegFlags = RegFlags {
-        local_write: true,
-        on_demand: false,
-    };
-}
-
-impl Access {
-    /// Whether a peer can reach the memory at all.
-    pub(crate) fn is_remote(self) -> bool {
-        self.remote_read || self.remote_write || self.remote_atomic
-    }
-
-    /// The remote-access flags alone (`ibv_access_flags`), as a memory window bind takes them.
-    pub(crate) fn remote_flags(self) -> u32 {
-        let no_local = RegFlags {
-            local_write: false,
-            on_demand: false,
-        };
-        Access {
-            mw_bind: false,
-            ..self
-        }
-        .flags(no_local) as u32
-    }
-
-    fn flags(self, reg: RegFlags) -> i32 {
-        let mut flags = 0;
-        if reg.local_write {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE;
-        }
-        if reg.on_demand {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_ON_DEMAND;
-        }
-        if self.remote_read {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ;
-        }
-        if self.remote_write {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
-        }
-        if self.remote_atomic {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_REMOTE_ATOMIC;
-        }
-        if self.mw_bind {
-            flags |= sys::ibv_access_flags::IBV_ACCESS_MW_BIND;
-        }
-        flags as i32
-    }
-}
-
-/// Registers `len` bytes at `ptr`; on failure the error names the limit that was hit (the
-/// locked-memory limit, the device's memory regions), the size asked and how to raise it.
-///
-/// # Safety
-///
-/// `ptr..ptr + len` must be one live allocation that stays allocated until the returned
-/// registration is deregistered.
-unsafe fn register(
-    pd: &ProtectionDomain,
-    ptr: NonNull<u8>,
-    len: usize,
-    access: Access,
-    reg: RegFlags,
-) -> io::Result<NonNull<sys::ibv_mr>> {
-    // SAFETY: the caller's contract.
-    let result = unsafe { try_register(pd, ptr, len, access, reg) };
-    registered(pd, len, result)
-}
-
-/// `ibv_reg_mr`, with the errno of a failure.
-///
-/// # Safety
-///
-/// As [`register`].
-unsafe fn try_register(
-    pd: &ProtectionDomain,
-    ptr: NonNull<u8>,
-    len: usize,
-    access: Access,
-    reg: RegFlags,
-) -> Result<NonNull<sys::ibv_mr>, i32> {
-    match injected_failure(Resource::MemoryRegion) {
-        Some(errno) => Err(errno),
-        // SAFETY: `pd` is live; the caller guarantees the memory outlives the registration.
-        None => NonNull::new(unsafe {
-            sys::rdma_async_reg_mr(pd.as_ptr(), ptr.as_ptr().cast(), len, access.flags(reg))
-        })
-        .ok_or_else(last_errno),
-    }
-}
-
-/// The errno of the call that just failed.
-fn last_errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-/// Counts a registration of `len` bytes, or explains why it failed.
-fn registered(
-    pd: &ProtectionDomain,
-    len: usize,
-    result: Result<NonNull<sys::ibv_mr>, i32>,
-) -> io::Result<NonNull<sys::ibv_mr>> {
-    match result {
-        Ok(mr) => {
-            MEMORY_REGIONS.created(len);
-            Ok(mr)
-        }
-        Err(errno) => {
-            let device = DeviceLimits::of(pd.context());
-            Err(registration_error(
-                len,
-                errno,
-                Memlock::current(),
-                device.as_ref(),
-            ))
-        }
-    }
-}
-
-/// Deregisters `mr` (of `len` bytes). On an error the registration stays: the peer may still
-/// use its key, so its memory must be neither viewed nor freed.
-///
-/// # Safety
-///
-/// `mr` is a live registration, deregistered once it succeeded.
-pub(super) unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> io::Result<()> {
-    #[cfg(feature = "test-hooks")]
-    if let Some(errno) = super::fault_injection::injected_teardown(
-        super::fault_injection::Teardown::DeregisterMemory,
-    ) {
-        return Err(error::call_error("ibv_dereg_mr", errno));
-    }
-    // SAFETY: the caller guarantees the registration is live and deregistered once.
-    match unsafe { sys::ibv_dereg_mr(mr.as_ptr()) } {
-        0 => {
-            MEMORY_REGIONS.destroyed(len);
-            Ok(())
-        }
-        errno => Err(error::call_error("ibv_dereg_mr", errno)),
-    }
-}
-
 impl RegisteredBuffer {
-    /// Allocates `len` zeroed bytes and registers them for local write (and `access`).
-    pub(crate) fn new(pd: Arc<ProtectionDomain>, len: usize, access: Access) -> io::Result<Self> {
-        Self::allocated(pd, len, access, RegFlags::PINNED)
-    }
-
-    /// Allocates `len` zeroed bytes and registers them with `reg`.
-    pub(crate) fn allocated(
-        pd: Arc<ProtectionDomain>,
-        len: usize,
-        access: Access,
-        reg: RegFlags,
-    ) -> io::Result<Self> {
-        let page = 4096;
-        let layout = Layout::from_size_align(len.max(1), page)
-            .map_err(|_| error::invalid_input("registered buffer size overflows"))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = NonNull::new(unsafe { alloc::alloc_zeroed(layout) }).ok_or_else(|| {
-            io::Error::new(
-                io::ErrorKind::OutOfMemory,
-                "cannot allocate registered buffer",
-            )
-        })?;
-        // SAFETY: the memory is a live allocation of `layout.size()` bytes that stays allocated
-        // until after the registration is dropped.
-        let mr = match unsafe { register(&pd, ptr, layout.size(), access, reg) } {
-            Ok(mr) => mr,
-            Err(err) => {
-                // SAFETY: allocated above with this layout and not registered.
-                unsafe { alloc::dealloc(ptr.as_ptr(), layout) };
-                return Err(err);
-            }
-        };
-        let mut buffer = Self::assemble(
-            ptr,
-            layout.size(),
-            Backing::Allocated(layout),
-            access,
-            mr,
-            pd,
-        );
-        buffer.device_writable = reg.local_write;
-        Ok(buffer)
-    }
-
-    fn assemble(
-        ptr: NonNull<u8>,
-        len: usize,
-        backing: Backing,
-        access: Access,
-        mr: NonNull<sys::ibv_mr>,
-        pd: Arc<ProtectionDomain>,
-    ) -> Self {
-        RegisteredBuffer {
-            ptr,
-            iova: ptr.as_ptr() as u64,
-            len,
-            backing,
-            access,
-            mr,
-            pd,
-            ranges: RangeRegistrations::default(),
-            device_writable: true,
-        }
-    }
-
     /// Whether anything may write `len` bytes at `offset` besides the CPU: a peer through the
     /// registration or one of its parts, or a local work request.
     pub(crate) fn may_be_written(&self, offset: usize, len: usize) -> bool {
@@ -333,7 +104,7 @@ impl RegisteredBuffer {
     /// A view of `len` bytes at `offset`, when [`Self::may_be_written`] is false for them (and
     /// the CPU owns the memory); the caller keeps windows from being bound over them while the
     /// view lives.
-    pub(super) fn unreachable_view(&self, offset: usize, len: usize) -> Option<&[u8]> {
+    pub(in crate::verbs) fn unreachable_view(&self, offset: usize, len: usize) -> Option<&[u8]> {
         if self.cpu_access() != CpuAccess::ReadWrite || self.may_be_written(offset, len) {
             return None;
         }
@@ -380,172 +151,6 @@ impl RegisteredBuffer {
     pub(crate) fn ranges(&self) -> &RangeRegistrations {
         &self.ranges
     }
-
-    /// Registers the bytes of `vec` (its length, not its spare capacity), taking ownership of it
-    /// until [`Self::into_vec`].
-    pub(crate) fn from_vec(
-        pd: Arc<ProtectionDomain>,
-        vec: Vec<u8>,
-        access: Access,
-    ) -> io::Result<Self> {
-        if vec.is_empty() {
-            return Err(error::invalid_input("cannot register an empty buffer"));
-        }
-        let mut vec = std::mem::ManuallyDrop::new(vec);
-        let (len, capacity) = (vec.len(), vec.capacity());
-        let ptr = NonNull::new(vec.as_mut_ptr())
-            .ok_or_else(|| error::invalid_input("vector has no allocation"))?;
-        // SAFETY: `ptr` is the vector's live allocation of at least `len` bytes; it is freed only
-        // in `Drop`/`into_vec`, after deregistration.
-        let mr = match unsafe { register(&pd, ptr, len, access, RegFlags::PINNED) } {
-            Ok(mr) => mr,
-            Err(err) => {
-                // SAFETY: the parts of the vector taken apart above, never registered.
-                drop(unsafe { Vec::from_raw_parts(ptr.as_ptr(), len, capacity) });
-                return Err(err);
-            }
-        };
-        Ok(Self::assemble(
-            ptr,
-            len,
-            Backing::Vec { capacity },
-            access,
-            mr,
-            pd,
-        ))
-    }
-
-    /// `len` zeroed bytes of anonymous huge pages, registered for local write (and `access`).
-    pub(crate) fn huge(pd: Arc<ProtectionDomain>, len: usize, access: Access) -> io::Result<Self> {
-        let mapping = Mapping::huge(len)?;
-        let ptr = mapping.ptr();
-        // SAFETY: the mapping covers at least `len` bytes and is unmapped only after the
-        // registration is dropped (it is this buffer's backing).
-        let mr = unsafe { register(&pd, ptr, len, access, RegFlags::PINNED) }?;
-        Ok(Self::assemble(
-            ptr,
-            len,
-            Backing::Huge(mapping),
-            access,
-            mr,
-            pd,
-        ))
-    }
-
-    /// `len` bytes of `file` from `offset`, mapped read-only and registered without local write:
-    /// the source of sends and RDMA writes, and (with `access`) of a peer's RDMA reads.
-    pub(crate) fn file(
-        pd: Arc<ProtectionDomain>,
-        file: &File,
-        offset: u64,
-        len: usize,
-        access: Access,
-    ) -> io::Result<Self> {
-        if access.remote_write || access.remote_atomic {
-            return Err(error::invalid_input(
-                "a file is mapped read-only: a peer may only read it",
-            ));
-        }
-        let reg = RegFlags {
-            local_write: false,
-            on_demand: false,
-        };
-        let mut mapping = Mapping::file_read_only(file, offset, len, true)?;
-        // SAFETY: the mapping covers `len` bytes and is unmapped only after the registration
-        // is dropped (it moves into the backing).
-        let mut result = unsafe { try_register(&pd, mapping.ptr(), len, access, reg) };
-        if result == Err(libc::EFAULT) {
-            // Kernels before 6.2 pin even read-only registrations for write, which a shared
-            // read-only mapping refuses; a private one is copied on write instead.
-            mapping = Mapping::file_read_only(file, offset, len, false)?;
-            // SAFETY: as above, for the new mapping.
-            result = unsafe { try_register(&pd, mapping.ptr(), len, access, reg) };
-        }
-        let mr = registered(&pd, len, result)?;
-        let ptr = mapping.ptr();
-        let backing = Backing::File {
-            _mapping: mapping,
-            file: file.try_clone()?,
-            offset,
-        };
-        Ok(Self::assemble(ptr, len, backing, access, mr, pd))
-    }
-
-    /// Registers memory the caller vouched for; its owner is dropped after deregistration.
-    pub(crate) fn foreign(
-        pd: Arc<ProtectionDomain>,
-        memory: ForeignMemory,
-        access: Access,
-    ) -> io::Result<Self> {
-        // SAFETY: `ForeignMemory::new`'s contract: the memory stays allocated until the owner is
-        // dropped, which this buffer does only after deregistration.
-        let mr = unsafe { register(&pd, memory.ptr, memory.len, access, RegFlags::PINNED) }?;
-        Ok(Self::assemble(
-            memory.ptr,
-            memory.len,
-            Backing::Foreign(memory.owner),
-            access,
-            mr,
-            pd,
-        ))
-    }
-
-    /// Registers `len` bytes at `offset` of the dma-buf `fd` (`ibv_reg_dmabuf_mr`), named by
-    /// work requests at I/O virtual address `iova`.
-    pub(crate) fn dmabuf(
-        pd: Arc<ProtectionDomain>,
-        fd: OwnedFd,
-        offset: u64,
-        len: usize,
-        iova: u64,
-        access: Access,
-    ) -> io::Result<Self> {
-        if iova.checked_add(len as u64).is_none() {
-            return Err(error::invalid_input(
-                "the dma-buf's I/O address range wraps around",
-            ));
-        }
-        let result = match injected_failure(Resource::MemoryRegion) {
-            Some(errno) => Err(errno),
-            // SAFETY: `pd` is live and `fd` open; the kernel checks the range against the
-            // dma-buf and keeps its own reference to it while registered.
-            None => NonNull::new(unsafe {
-                sys::rdma_async_reg_dmabuf_mr(
-                    pd.as_ptr(),
-                    offset,
-                    len,
-                    iova,
-                    fd.as_raw_fd(),
-                    access.flags(RegFlags::PINNED),
-                )
-            })
-            .ok_or_else(last_errno),
-        };
-        let mr = match result {
-            Err(errno) if errno == libc::EOPNOTSUPP || errno == libc::ENOSYS => {
-                return Err(io::Error::new(
-                    io::ErrorKind::Unsupported,
-                    format!(
-                        "RDMA device {} cannot register dma-bufs (ibv_reg_dmabuf_mr: {})",
-                        pd.device_name(),
-                        io::Error::from_raw_os_error(errno)
-                    ),
-                ));
-            }
-            other => registered(&pd, len, other)?,
-        };
-        let mut buffer = Self::assemble(
-            NonNull::dangling(),
-            len,
-            Backing::DmaBuf(fd),
-            access,
-            mr,
-            pd,
-        );
-        buffer.iova = iova;
-        Ok(buffer)
-    }
-
     /// What the CPU may do with the bytes.
     pub(crate) fn cpu_access(&self) -> CpuAccess {
         match self.backing {

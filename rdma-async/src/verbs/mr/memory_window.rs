@@ -12,9 +12,9 @@ use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
-use super::protection_domain::ProtectionDomain;
 use super::user_buffer::UserBuffer;
 use crate::error;
+use crate::verbs::pd::ProtectionDomain;
 
 /// An owned type-2 memory window of a protection domain.
 #[derive(Debug)]

@@ -12,7 +12,8 @@ use std::ptr;
 
 use rdma_async_sys as sys;
 
-use super::queue_pair::{MAX_SEGMENTS, OwnedBufferQueuePair, Payload, WorkRequest, set_opcode};
+use super::queue_pair::OwnedBufferQueuePair;
+use super::work_request::{MAX_SEGMENTS, Payload, WorkRequest, set_opcode};
 use crate::error;
 
 /// Most work requests one chain posts at once: a stream's 1 MiB write call is 16 chunks of
@@ -243,6 +244,17 @@ impl<'q> SendChain<'q> {
         // into the caller's bytes, borrowed for this call) and were checked against the QP's
         // inline limit; the provider copies them during the call.
         unsafe { self.qp.post_send_wr(head) }
+    }
+}
+
+// Here rather than beside the queue pair: one request is a chain of one, and the chain builds on
+// the queue pair, not the other way round.
+impl OwnedBufferQueuePair {
+    /// Posts one work request to the send queue.
+    pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
+        let mut chain = SendChain::new(self);
+        chain.push(req)?;
+        chain.post()
     }
 }
 

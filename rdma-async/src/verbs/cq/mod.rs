@@ -1,0 +1,11 @@
+//! Completions, above rdma_cm (a completion channel is opened on the device context of an id,
+//! which it keeps): completion channels and queues (`ibv_comp_channel`, `ibv_cq`) and the work
+//! completions (`ibv_wc`) polled from them.
+
+mod comp_queue;
+mod completion_batch;
+mod work;
+
+pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
+pub(crate) use completion_batch::CompletionBatch;
+pub(crate) use work::{WcStatus, WorkCompletion};

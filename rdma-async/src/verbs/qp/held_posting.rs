@@ -1,0 +1,110 @@
+//! Posting caller memory through an in-flight table: the segments of a request are checked
+//! against the buffers held for it, the buffers move into a slot of the table, and only then is
+//! the request posted (if posting fails, the slot is freed and the buffers come back). The
+//! caller-memory queue pair and the shared receive queue both post this way.
+
+use std::io;
+use std::ptr;
+
+use rdma_async_sys as sys;
+
+use super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
+use super::work_request::{MAX_SEGMENTS, Segment};
+use crate::error;
+
+/// An unused scatter/gather entry.
+const NO_SGE: sys::ibv_sge = sys::ibv_sge {
+    addr: 0,
+    length: 0,
+    lkey: 0,
+};
+
+/// Checks `segments` against the buffers they index and builds their scatter/gather entries.
+fn held_sges(
+    held: &Held,
+    segments: &[Segment],
+    max: u32,
+    sges: &mut [sys::ibv_sge; MAX_SEGMENTS],
+) -> io::Result<usize> {
+    if segments.len() > max as usize || segments.len() > MAX_SEGMENTS {
+        return Err(error::invalid_input(format!(
+            "{} scatter/gather segments; this queue pair takes at most {max}",
+            segments.len()
+        )));
+    }
+    for (sge, seg) in sges.iter_mut().zip(segments) {
+        let buf = held
+            .get(seg.buffer)
+            .ok_or_else(|| error::invalid_input(format!("no buffer {}", seg.buffer)))?
+            .registered();
+        if seg
+            .offset
+            .checked_add(seg.len)
+            .is_none_or(|end| end > buf.len())
+        {
+            return Err(error::invalid_input(format!(
+                "range {}..{} is outside the {}-byte region",
+                seg.offset,
+                seg.offset.saturating_add(seg.len),
+                buf.len()
+            )));
+        }
+        *sge = sys::ibv_sge {
+            addr: buf.addr(seg.offset),
+            length: u32::try_from(seg.len)
+                .map_err(|_| error::invalid_input("a segment is longer than 4 GiB"))?,
+            lkey: buf.lkey(),
+        };
+    }
+    Ok(segments.len())
+}
+
+/// Posts a receive of caller memory through `post` (a queue pair's or a shared receive queue's
+/// `ibv_post_recv`), holding the buffers in `table` first.
+pub(super) fn post_recv_into(
+    table: &InFlightTable,
+    held: Held,
+    segments: &[Segment],
+    max_sge: u32,
+    post: impl FnOnce(*mut sys::ibv_recv_wr, *mut *mut sys::ibv_recv_wr) -> io::Result<()>,
+) -> Result<Ticket, (io::Error, Held)> {
+    hold_and_post(
+        table,
+        WorkQueue::Recv,
+        held,
+        segments,
+        max_sge,
+        |wr_id, sges| {
+            // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
+            let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
+            wr.wr_id = wr_id;
+            wr.sg_list = sges.as_mut_ptr();
+            wr.num_sge = sges.len() as i32;
+            let mut bad = ptr::null_mut();
+            post(&mut wr, &mut bad)
+        },
+    )
+}
+
+/// Checks `segments` against the buffers of `held`, moves `held` into a slot of `table` for
+/// `queue`, and has `post` post a work request with the slot's `wr_id` over the checked
+/// scatter/gather entries. If posting fails the slot is freed and the buffers come back.
+pub(super) fn hold_and_post(
+    table: &InFlightTable,
+    queue: WorkQueue,
+    held: Held,
+    segments: &[Segment],
+    max_sge: u32,
+    post: impl FnOnce(u64, &mut [sys::ibv_sge]) -> io::Result<()>,
+) -> Result<Ticket, (io::Error, Held)> {
+    let mut sges = [NO_SGE; MAX_SEGMENTS];
+    let num_sge = match held_sges(&held, segments, max_sge, &mut sges) {
+        Ok(n) => n,
+        Err(e) => return Err((e, held)),
+    };
+    let (ticket, wr_id) = table.insert(held, queue)?;
+    if let Err(e) = post(wr_id, &mut sges[..num_sge]) {
+        return Err((e, table.take_back(ticket)));
+    }
+    Ok(ticket)
+}

@@ -1,0 +1,238 @@
+//! `ibv_qp`: reliable-connected queue pairs created through rdma_cm, and safe posting.
+//!
+//! Posting is safe because a work request can point only into memory that the queue pair keeps
+//! until it is destroyed. What that memory is tells the two kinds apart, as the type parameter of
+//! [`RcQueuePair`]:
+//!
+//! - [`OwnedBufferQueuePair`] (`RStream`, `Endpoint`) owns the registered buffers it posts from:
+//!   a work request names a buffer by index and a range that is checked against it, and may
+//!   carry its bytes inline instead.
+//! - [`CallerMemoryQueuePair`] (`RdmaConnection`) posts caller memory: the buffers move into a
+//!   slot of its [`InFlightTable`](super::InFlightTable) first, and that table (an `Arc` the
+//!   queue pair holds) outlives the queue pair. It may receive through a shared receive queue
+//!   instead of its own.
+//!
+//! Each kind has only its own posting methods, so posting one kind's way on the other does not
+//! compile (`rdma-async/tests/ui/test_hooks/fail_queue_pair_kinds.rs`). What they share lives on
+//! `RcQueuePair<M>` once: creation, the state change to error, and the drop order (`Drop` destroys
+//! the queue pair before any field, the memory `M` included, is dropped).
+
+use std::io;
+use std::ptr;
+use std::sync::{Arc, PoisonError, RwLock};
+
+use rdma_async_sys as sys;
+
+use super::shared_recv_queue::SharedRecvQueue;
+use super::work_request::MAX_SEGMENTS;
+use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::cq::CompletionQueue;
+use crate::verbs::pd::ProtectionDomain;
+
+mod caller_memory;
+mod owned_buffers;
+
+pub use caller_memory::CallerMemoryQueuePair;
+pub(crate) use owned_buffers::BufferView;
+pub use owned_buffers::OwnedBufferQueuePair;
+
+/// Queue sizes requested for a queue pair.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct QpCaps {
+    pub(crate) max_send_wr: u32,
+    pub(crate) max_recv_wr: u32,
+    pub(crate) max_inline_data: u32,
+    /// Gather entries per send work request (at most [`MAX_SEGMENTS`]).
+    pub(crate) max_send_sge: u32,
+}
+
+/// A connected queue pair and the memory `M` its work requests point into.
+///
+/// Use it through [`OwnedBufferQueuePair`] or [`CallerMemoryQueuePair`]. (The types are `pub` only
+/// so that the `test-hooks` feature can name them in a compile-fail case; the module is private.)
+#[derive(Debug)]
+pub struct RcQueuePair<M> {
+    id: Arc<CmId>,
+    qp_num: u32,
+    max_inline_data: u32,
+    max_send_sge: u32,
+    max_recv_sge: u32,
+    /// Whether the queue pair still exists: every use of it holds the read lock, so
+    /// [`Self::destroy`] (the write lock) never frees it under a post.
+    live: RwLock<bool>,
+    /// Test hook: the next receive post fails as if the provider refused it.
+    #[cfg(feature = "test-hooks")]
+    fail_next_post_recv: std::sync::atomic::AtomicBool,
+    /// What outstanding work requests point into: dropped only after the queue pair was
+    /// destroyed (by [`Self::destroy`] or `Drop::drop`), like every other field.
+    memory: M,
+    _send_cq: Arc<CompletionQueue>,
+    _recv_cq: Arc<CompletionQueue>,
+    _pd: Arc<ProtectionDomain>,
+}
+
+// SAFETY: posting to a QP is thread-safe in libibverbs; the struct hands out no references into
+// C memory or registered buffers, and its memory `M` crosses threads only as far as `M` allows.
+unsafe impl<M: Send> Send for RcQueuePair<M> {}
+// SAFETY: as above.
+unsafe impl<M: Sync> Sync for RcQueuePair<M> {}
+
+impl<M> RcQueuePair<M> {
+    /// Creates the RC queue pair of `id` on `pd`, keeping `memory` until it is destroyed;
+    /// receives go to `srq` when given, else `recv_sge` scatter entries each.
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        id: Arc<CmId>,
+        pd: Arc<ProtectionDomain>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        caps: QpCaps,
+        recv_sge: u32,
+        srq: Option<&SharedRecvQueue>,
+        memory: M,
+    ) -> io::Result<Self> {
+        // SAFETY: ibv_qp_init_attr is plain old data; zero is valid for every field.
+        let mut attr: sys::ibv_qp_init_attr = unsafe { std::mem::zeroed() };
+        attr.send_cq = send_cq.as_ptr();
+        attr.recv_cq = recv_cq.as_ptr();
+        attr.cap.max_send_wr = caps.max_send_wr;
+        attr.cap.max_recv_wr = caps.max_recv_wr;
+        attr.cap.max_send_sge = caps.max_send_sge.clamp(1, MAX_SEGMENTS as u32);
+        attr.cap.max_recv_sge = recv_sge.clamp(1, MAX_SEGMENTS as u32);
+        attr.cap.max_inline_data = caps.max_inline_data;
+        if let Some(srq) = srq {
+            if !Arc::ptr_eq(srq.pd(), &pd) {
+                return Err(error::invalid_input(
+                    "the shared receive queue belongs to another protection domain",
+                ));
+            }
+            attr.srq = srq.as_ptr();
+            attr.cap.max_recv_wr = 0;
+            attr.cap.max_recv_sge = 0;
+        }
+        attr.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        attr.sq_sig_all = 0;
+        // SAFETY: the CQs (and SRQ) in `attr` are on `pd`'s device and are kept by the queue
+        // pair (the SRQ in `memory`), which destroys itself before releasing them.
+        let qp_num = unsafe { id.create_qp(&pd, &mut attr)? };
+        Ok(RcQueuePair {
+            id,
+            qp_num,
+            max_inline_data: attr.cap.max_inline_data,
+            max_send_sge: attr.cap.max_send_sge,
+            max_recv_sge: attr.cap.max_recv_sge,
+            live: RwLock::new(true),
+            #[cfg(feature = "test-hooks")]
+            fail_next_post_recv: std::sync::atomic::AtomicBool::new(false),
+            memory,
+            _send_cq: send_cq,
+            _recv_cq: recv_cq,
+            _pd: pd,
+        })
+    }
+
+    /// Runs `use_qp` on the queue pair while it exists (the read lock keeps [`Self::destroy`]
+    /// out); `NotConnected` once it was destroyed.
+    fn with_qp<R>(&self, use_qp: impl FnOnce(*mut sys::ibv_qp) -> io::Result<R>) -> io::Result<R> {
+        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
+        if !*live {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the connection's queue pair was destroyed (the connection failed or ended)",
+            ));
+        }
+        // SAFETY: the id's QP lives until `destroy` (or our Drop), which waits for this lock.
+        use_qp(unsafe { (*self.id.as_ptr()).qp })
+    }
+
+    /// Destroys the queue pair now, before its memory is dropped: once this returns the device
+    /// no longer accesses any work request's memory, so buffers of work requests that never
+    /// completed may be handed back or freed. Later posts fail with `NotConnected`; a second
+    /// call does nothing.
+    pub(crate) fn destroy(&self) {
+        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
+        if *live {
+            *live = false;
+            // SAFETY: the QP is live (checked under the write lock, so no post is using it) and
+            // destroyed once; rdma_cm clears the id's pointer to it.
+            unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
+            crate::verbs::device::QUEUE_PAIRS.destroyed(0);
+        }
+    }
+
+    /// Test hook: makes the next receive post fail (`ENOMEM`, as a full receive queue would).
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn fail_next_post_recv(&self) {
+        self.fail_next_post_recv
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether this receive post is the one a test asked to fail.
+    fn injected_recv_failure(&self) -> io::Result<()> {
+        #[cfg(feature = "test-hooks")]
+        if self
+            .fail_next_post_recv
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            return Err(error::call_error("ibv_post_recv", libc::ENOMEM));
+        }
+        Ok(())
+    }
+
+    /// The inline limit the provider granted (it may exceed the one asked for).
+    pub(crate) fn max_inline_data(&self) -> u32 {
+        self.max_inline_data
+    }
+
+    pub(crate) fn qp_num(&self) -> u32 {
+        self.qp_num
+    }
+
+    /// Posts `wr` (with its scatter/gather list, and the requests chained after it through
+    /// `next`) to the send queue.
+    ///
+    /// # Safety
+    ///
+    /// Every request of the chain is initialised, and every entry of each request's list points
+    /// into memory that stays allocated and registered until the request's completion is polled
+    /// or the queue pair is destroyed, whichever is first; an inline entry, which the provider
+    /// copies during this call, need only be valid for the call and within the queue pair's
+    /// inline limit. Remote addresses may be anything: the device
+    /// reaches the peer's memory only through the peer's rkey.
+    #[inline]
+    pub(super) unsafe fn post_send_wr(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live while `with_qp` runs; the caller vouches for the memory `wr`
+        // names.
+        let ret = self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_send(qp, wr, &mut bad) }))?;
+        if ret != 0 {
+            return Err(error::call_error("ibv_post_send", ret));
+        }
+        Ok(())
+    }
+
+    /// Moves the queue pair to the error state: outstanding work requests complete with
+    /// `IBV_WC_WR_FLUSH_ERR` and no new ones execute.
+    pub(crate) fn set_error(&self) -> io::Result<()> {
+        // SAFETY: ibv_qp_attr is plain old data; zero is valid for every field.
+        let mut attr: sys::ibv_qp_attr = unsafe { std::mem::zeroed() };
+        attr.qp_state = sys::ibv_qp_state::IBV_QPS_ERR;
+        let mask = sys::ibv_qp_attr_mask::IBV_QP_STATE as i32;
+        // SAFETY: the QP is live while `with_qp` runs; `attr` is initialised and IBV_QP_STATE
+        // names its only field used.
+        let ret = self.with_qp(|qp| Ok(unsafe { sys::ibv_modify_qp(qp, &mut attr, mask) }))?;
+        if ret != 0 {
+            return Err(error::call_error("ibv_modify_qp", ret));
+        }
+        Ok(())
+    }
+}
+
+impl<M> Drop for RcQueuePair<M> {
+    fn drop(&mut self) {
+        // After this the device no longer accesses the QP's work requests, so its memory
+        // (dropped after this) can be freed.
+        self.destroy();
+    }
+}

@@ -1,0 +1,378 @@
+//! [`OwnedBufferQueuePair`]: a queue pair that posts from the registered buffers it owns (a
+//! stream's rings, an endpoint's message slots), and from caller buffers lent to it for
+//! zero-copy sends; memory windows over parts of its buffers, and views of bytes no peer can
+//! reach.
+
+use std::collections::HashMap;
+use std::io;
+use std::mem::MaybeUninit;
+use std::ptr;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use rdma_async_sys as sys;
+
+use super::super::remote_grants::{BufferRange, RemoteGrants};
+use super::super::work_request::Segment;
+use super::{QpCaps, RcQueuePair};
+use crate::error;
+use crate::verbs::cm::CmId;
+use crate::verbs::cq::{CompletionQueue, WorkCompletion};
+use crate::verbs::mr::{MemoryWindow, RegisteredBuffer, UserBuffer, fill_invalidate_key};
+use crate::verbs::pd::ProtectionDomain;
+
+/// The memory of an [`OwnedBufferQueuePair`]: registered buffers that work requests index, and
+/// the caller's buffers lent to it for zero-copy sends.
+#[derive(Debug)]
+pub struct OwnedBuffers {
+    /// Memory windows over parts of `fixed` (a zero-copy ring's halves). Declared first:
+    /// deallocated (revoking them) before the registrations they are bound to.
+    windows: Vec<MemoryWindow>,
+    /// What the windows are bound over, and the views of `fixed` lent out.
+    grants: RemoteGrants,
+    fixed: Vec<RegisteredBuffer>,
+    /// Caller buffers that work requests may name
+    /// ([`Payload::Lent`](crate::verbs::qp::Payload::Lent)), by lend id. A buffer leaves only
+    /// through [`OwnedBufferQueuePair::reclaim`], which the owner calls once the completion
+    /// covering every request that named it was polled; otherwise it is freed with the queue
+    /// pair, after the queue pair was destroyed.
+    lent: Mutex<Lent>,
+}
+
+/// The lent buffers and the next lend id.
+#[derive(Debug, Default)]
+struct Lent {
+    next_id: u64,
+    buffers: HashMap<u64, UserBuffer>,
+}
+
+/// A view of bytes of an [`OwnedBufferQueuePair`]'s buffer that nothing but the CPU can write
+/// ([`OwnedBufferQueuePair::view`]); no window is bound over them until it is dropped.
+#[derive(Debug)]
+pub(crate) struct BufferView<'q> {
+    grants: &'q RemoteGrants,
+    id: u64,
+    bytes: &'q [u8],
+}
+
+impl std::ops::Deref for BufferView<'_> {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        self.bytes
+    }
+}
+
+impl Drop for BufferView<'_> {
+    fn drop(&mut self) {
+        self.grants.give_back(self.id);
+    }
+}
+
+/// A queue pair that posts from the registered buffers it owns (ring buffers, message slots).
+pub type OwnedBufferQueuePair = RcQueuePair<OwnedBuffers>;
+
+impl OwnedBufferQueuePair {
+    /// Creates the RC queue pair of `id` on `pd` (of `id`'s device), posting from `buffers`
+    /// (registered on `pd`).
+    pub(crate) fn new(
+        id: Arc<CmId>,
+        pd: Arc<ProtectionDomain>,
+        send_cq: Arc<CompletionQueue>,
+        recv_cq: Arc<CompletionQueue>,
+        caps: QpCaps,
+        buffers: Vec<RegisteredBuffer>,
+        windows: Vec<MemoryWindow>,
+    ) -> io::Result<Self> {
+        if windows.iter().any(|w| !Arc::ptr_eq(w.pd(), &pd)) {
+            return Err(error::invalid_input(
+                "a memory window of another protection domain than the queue pair's",
+            ));
+        }
+        let memory = OwnedBuffers {
+            grants: RemoteGrants::new(windows.len()),
+            windows,
+            fixed: buffers,
+            lent: Mutex::default(),
+        };
+        Self::create(id, pd, send_cq, recv_cq, caps, 1, None, memory)
+    }
+
+    pub(crate) fn buffer(&self, index: usize) -> &RegisteredBuffer {
+        &self.memory.fixed[index]
+    }
+
+    /// Posts, unsignaled, a bind of window `window` under the key `rkey` over range
+    /// registration `range` of buffer `buffer` (all of it), for remote write. Posted alone, so
+    /// the window's key can be recorded once the provider has read the old one.
+    pub(crate) fn post_bind(
+        &self,
+        wr_id: u64,
+        window: usize,
+        (buffer, range): (usize, usize),
+        rkey: u32,
+    ) -> io::Result<()> {
+        let mw = self.window(window)?;
+        let fixed = self
+            .memory
+            .fixed
+            .get(buffer)
+            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
+        let (mr, offset, len) = fixed.ranges().for_bind(range).ok_or_else(|| {
+            error::invalid_input(format!("no registration {range} of buffer {buffer}"))
+        })?;
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        let access = sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE;
+        mw.fill_bind_with(&mut wr, (mr, fixed.addr(offset), len), access, rkey);
+        let target = BufferRange {
+            buffer,
+            offset,
+            len,
+        };
+        self.memory.grants.bind(window, target, || {
+            // SAFETY: no scatter/gather list; the window and the registration it names belong
+            // to this queue pair's memory, which outlives the queue pair (a registration with
+            // a window bound to it cannot be deregistered: providers refuse).
+            unsafe { self.post_send_wr(&mut wr) }?;
+            mw.set_rkey(rkey);
+            Ok(())
+        })
+    }
+
+    /// Deregisters range registration `range` of buffer `buffer` now: whatever key it gave the
+    /// peer stops working.
+    pub(crate) fn deregister_range(&self, buffer: usize, range: usize) -> io::Result<()> {
+        let fixed = self
+            .memory
+            .fixed
+            .get(buffer)
+            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
+        fixed.ranges().deregister(range)
+    }
+
+    /// Takes a send completion: a successful invalidation posted by [`Self::post_invalidate`]
+    /// unbinds its window. Whether it was one.
+    pub(crate) fn window_completed(&self, wc: &WorkCompletion) -> bool {
+        self.memory.grants.completed(wc)
+    }
+
+    /// A view of `len` bytes at `offset` of buffer `buffer`, when nothing but the CPU can
+    /// write them: no window is bound over them, no registration gives a peer or a local work
+    /// request write access. No window is bound over them while the view lives.
+    ///
+    /// # Errors
+    ///
+    /// An error (kind `Other`) when something might still write the bytes.
+    pub(crate) fn view(
+        &self,
+        buffer: usize,
+        offset: usize,
+        len: usize,
+    ) -> io::Result<BufferView<'_>> {
+        let fixed = self
+            .memory
+            .fixed
+            .get(buffer)
+            .ok_or_else(|| error::invalid_input(format!("no registered buffer {buffer}")))?;
+        let range = BufferRange {
+            buffer,
+            offset,
+            len,
+        };
+        let id = self
+            .memory
+            .grants
+            .lend(range, fixed.may_be_written(offset, len))?;
+        match fixed.unreachable_view(offset, len) {
+            Some(bytes) => Ok(BufferView {
+                grants: &self.memory.grants,
+                id,
+                bytes,
+            }),
+            None => {
+                self.memory.grants.give_back(id);
+                Err(io::Error::other(format!(
+                    "bytes {offset}+{len} of buffer {buffer} cannot be viewed"
+                )))
+            }
+        }
+    }
+
+    /// Posts a signaled local invalidation of window key `rkey` of window `window`.
+    pub(crate) fn post_invalidate(&self, wr_id: u64, window: usize, rkey: u32) -> io::Result<()> {
+        self.window(window)?;
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+        wr.wr_id = wr_id;
+        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+        fill_invalidate_key(&mut wr, rkey);
+        self.memory.grants.invalidate(window, wr_id, || {
+            // SAFETY: no scatter/gather list and no memory named: only a key.
+            unsafe { self.post_send_wr(&mut wr) }
+        })
+    }
+
+    fn window(&self, index: usize) -> io::Result<&MemoryWindow> {
+        self.memory
+            .windows
+            .get(index)
+            .ok_or_else(|| error::invalid_input(format!("no memory window {index}")))
+    }
+
+    /// The protection domain of the queue pair.
+    pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
+        &self._pd
+    }
+
+    /// Lends `buffer` to the queue pair, so that work requests can send from it
+    /// ([`Payload::Lent`](crate::verbs::qp::Payload::Lent) with the returned id). It must be
+    /// registered on the queue pair's protection domain.
+    pub(crate) fn lend(&self, buffer: UserBuffer) -> Result<u64, (io::Error, UserBuffer)> {
+        if !Arc::ptr_eq(buffer.registered().pd(), &self._pd) {
+            let err = error::invalid_input(format!(
+                "the region is registered in another device context (protection domain) than \
+                 the stream's (device {}); register it through the stream's context",
+                self._pd.device_name()
+            ));
+            return Err((err, buffer));
+        }
+        let mut lent = self
+            .memory
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let id = lent.next_id;
+        lent.next_id += 1;
+        lent.buffers.insert(id, buffer);
+        Ok(id)
+    }
+
+    /// Takes back lent buffer `id`. Call it only once the completion covering every work
+    /// request that named it was polled (or none was posted): the device may read it until
+    /// then.
+    pub(crate) fn reclaim(&self, id: u64) -> Option<UserBuffer> {
+        let mut lent = self
+            .memory
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        lent.buffers.remove(&id)
+    }
+
+    /// The gather entry for `len` bytes at `offset` of lent buffer `id`, after checking them.
+    pub(in crate::verbs::qp) fn lent_sge(
+        &self,
+        id: u64,
+        offset: usize,
+        len: usize,
+    ) -> io::Result<sys::ibv_sge> {
+        self.with_lent(id, |buffer| buffer.registered().sge(offset, len))
+    }
+
+    /// Runs `f` on lent buffer `id`.
+    fn with_lent<R>(&self, id: u64, f: impl FnOnce(&UserBuffer) -> io::Result<R>) -> io::Result<R> {
+        let lent = self
+            .memory
+            .lent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        f(lent
+            .buffers
+            .get(&id)
+            .ok_or_else(|| error::invalid_input(format!("no lent buffer {id}")))?)
+    }
+
+    /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
+    pub(in crate::verbs::qp) fn sge(&self, segment: Segment) -> io::Result<sys::ibv_sge> {
+        self.memory
+            .fixed
+            .get(segment.buffer)
+            .ok_or_else(|| {
+                error::invalid_input(format!("no registered buffer {}", segment.buffer))
+            })?
+            .sge(segment.offset, segment.len)
+    }
+    /// Posts a receive into `segment`.
+    pub(crate) fn post_recv(&self, wr_id: u64, segment: Segment) -> io::Result<()> {
+        let sge = self.sge(segment)?;
+        self.post_recv_sge(wr_id, sge)
+    }
+
+    /// Posts `count` receives with no buffer (for RDMA writes with immediate), chained so that
+    /// a batch of them costs one `ibv_post_recv`.
+    pub(crate) fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()> {
+        const CHAIN: usize = 32;
+        // Only the requests posted are written: a ping-pong posts one at a time.
+        let mut wrs = [const { MaybeUninit::<sys::ibv_recv_wr>::uninit() }; CHAIN];
+        let base = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(CHAIN);
+            for (i, wr) in wrs[..n].iter_mut().enumerate() {
+                wr.write(sys::ibv_recv_wr {
+                    wr_id,
+                    next: if i + 1 < n {
+                        base.wrapping_add(i + 1)
+                    } else {
+                        ptr::null_mut()
+                    },
+                    sg_list: ptr::null_mut(),
+                    num_sge: 0,
+                });
+            }
+            // SAFETY: the first `n` requests are written and linked, live on this stack frame
+            // across the call, and carry no memory for the device to write.
+            unsafe { self.post_recv_chain(base) }?;
+            left -= n;
+        }
+        Ok(())
+    }
+
+    /// Posts a receive into the first `len` bytes of lent buffer `id` (which must be writable
+    /// by the device; reclaim it only after this receive's completion was polled).
+    pub(crate) fn post_recv_lent(&self, wr_id: u64, id: u64, len: usize) -> io::Result<()> {
+        let sge = self.with_lent(id, |buffer| {
+            let registered = buffer.registered();
+            if !registered.locally_writable() {
+                return Err(error::invalid_input(format!(
+                    "lent buffer {id} is read-only: the device cannot receive into it"
+                )));
+            }
+            registered.sge(0, len)
+        })?;
+        self.post_recv_sge(wr_id, sge)
+    }
+
+    fn post_recv_sge(&self, wr_id: u64, mut sge: sys::ibv_sge) -> io::Result<()> {
+        let mut wr = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
+        // SAFETY: `wr` and its entry live across the call; the device may write only a checked
+        // range of a buffer this QP owns (fixed or lent) and frees after destroying the QP.
+        unsafe { self.post_recv_chain(&mut wr) }
+    }
+
+    /// Posts the receive requests chained from `first` with one `ibv_post_recv`.
+    ///
+    /// # Safety
+    ///
+    /// `first` heads a null-terminated chain of initialised requests, valid for the call, and
+    /// the device may write every range they name until their completions are polled or the
+    /// queue pair is destroyed.
+    unsafe fn post_recv_chain(&self, first: *mut sys::ibv_recv_wr) -> io::Result<()> {
+        self.injected_recv_failure()?;
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live while `with_qp` runs; the chain is valid (the caller's
+        // contract).
+        let ret =
+            self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, first, &mut bad) }))?;
+        if ret != 0 {
+            return Err(error::call_error("ibv_post_recv", ret));
+        }
+        Ok(())
+    }
+}
