@@ -13,8 +13,6 @@ use std::fmt;
 use std::io;
 use std::sync::{Arc, OnceLock};
 
-use crate::verbs::WorkCompletion;
-
 /// The `io::ErrorKind` for an errno, with explicit kinds where std's would be `Uncategorized`
 /// (which callers cannot match on).
 pub(crate) fn errno_kind(errno: i32) -> io::ErrorKind {
@@ -96,6 +94,15 @@ pub struct CompletionError {
 }
 
 impl CompletionError {
+    /// The failure of a work completion with `status` and `vendor_err`, told as `message`.
+    pub(crate) fn new(status: u32, vendor_err: u32, message: String) -> Self {
+        CompletionError {
+            status,
+            vendor_err,
+            message,
+        }
+    }
+
     /// The work completion's status, an `ibv_wc_status` value (e.g. 12,
     /// `IBV_WC_RETRY_EXC_ERR`).
     pub fn status(&self) -> u32 {
@@ -115,47 +122,6 @@ impl fmt::Display for CompletionError {
 }
 
 impl std::error::Error for CompletionError {}
-
-/// The `io::Error` for a failed work completion, with the kind a socket user expects.
-pub(crate) fn wc_error(
-    wc: &WorkCompletion,
-    peer: std::net::SocketAddr,
-    sending: bool,
-) -> io::Error {
-    use rdma_async_sys::ibv_wc_status as st;
-    let kind = match wc.status.0 {
-        st::IBV_WC_RETRY_EXC_ERR | st::IBV_WC_RNR_RETRY_EXC_ERR => io::ErrorKind::TimedOut,
-        st::IBV_WC_WR_FLUSH_ERR if sending => io::ErrorKind::BrokenPipe,
-        st::IBV_WC_WR_FLUSH_ERR => io::ErrorKind::ConnectionReset,
-        st::IBV_WC_REM_ACCESS_ERR | st::IBV_WC_LOC_PROT_ERR => io::ErrorKind::PermissionDenied,
-        st::IBV_WC_LOC_LEN_ERR | st::IBV_WC_REM_INV_REQ_ERR => io::ErrorKind::InvalidData,
-        _ => io::ErrorKind::Other,
-    };
-    let what = if sending { "send to" } else { "receive from" };
-    let message = format!(
-        "{what} {peer} failed: {} (work completion status {}, vendor error {:#x})",
-        wc.status.describe(),
-        wc.status.0,
-        wc.vendor_err
-    );
-    completion_error(kind, wc, message)
-}
-
-/// The `io::Error` of kind `kind` for the failed work completion `wc`, told as `message`.
-pub(crate) fn completion_error(
-    kind: io::ErrorKind,
-    wc: &WorkCompletion,
-    message: String,
-) -> io::Error {
-    io::Error::new(
-        kind,
-        CompletionError {
-            status: wc.status.0,
-            vendor_err: wc.vendor_err,
-            message,
-        },
-    )
-}
 
 /// A connection's (or socket's) first failure, reported again to a later operation.
 ///
@@ -275,48 +241,5 @@ impl StickyError {
                 first: first.clone(),
             },
         ))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::verbs::WcStatus;
-
-    fn peer() -> std::net::SocketAddr {
-        "10.0.0.2:7471".parse().unwrap()
-    }
-
-    #[test]
-    fn a_failed_completion_keeps_its_status_and_the_first_failure_wins() {
-        let mut wc = WorkCompletion::EMPTY;
-        wc.status = WcStatus(rdma_async_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR);
-        wc.vendor_err = 0x81;
-        let sticky = StickyError::default();
-        assert!(!sticky.is_set());
-        assert!(sticky.report().is_none());
-        assert!(sticky.set(wc_error(&wc, peer(), true)));
-        assert!(
-            !sticky.set(io::Error::other("later")),
-            "the first failure stays"
-        );
-        for _ in 0..2 {
-            let again = sticky.report_as("send refused").unwrap();
-            assert_eq!(again.kind(), io::ErrorKind::TimedOut);
-            let text = again.to_string();
-            assert!(
-                text.starts_with("send refused: the connection failed earlier (send to"),
-                "{text}"
-            );
-            let wc_err = cause::<CompletionError>(&again).expect("the status behind the report");
-            assert_eq!(wc_err.status(), 12);
-            assert_eq!(wc_err.vendor_err(), 0x81);
-            let earlier = again
-                .get_ref()
-                .unwrap()
-                .downcast_ref::<EarlierFailure>()
-                .unwrap();
-            assert_eq!(earlier.first().kind(), io::ErrorKind::TimedOut);
-        }
     }
 }

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use super::lent::{self, post_receive};
 use super::sending::empty_write;
 use super::{Endpoint, RECV_BUFFER, RecvSlots, SendSlots};
-use crate::error::wc_error;
+use crate::verbs::wc_error;
 use crate::verbs::{WcStatus, WorkCompletion};
 
 impl Endpoint {

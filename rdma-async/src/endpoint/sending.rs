@@ -4,7 +4,8 @@
 use std::io;
 
 use super::{Endpoint, SEND_BUFFER, SendSlots};
-use crate::error::{self, wc_error};
+use crate::error;
+use crate::verbs::wc_error;
 use crate::verbs::{Opcode, Payload, Segment, WorkCompletion, WorkRequest};
 
 /// Every how many sends one is signaled, for a send queue `depth` deep: a quarter of the

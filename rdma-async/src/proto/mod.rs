@@ -1,7 +1,7 @@
 //! The rsockets stream protocol (wire version 1) as an I/O-free state machine.
 //!
 //! Nothing here touches verbs, memory registration, tokio or libc: the driver (`stream`'s
-//! `StreamCore`, in `stream/stream_core.rs`) owns all registered memory and the queue pair, and
+//! `StreamCore`, in `stream/driver/`) owns all registered memory and the queue pair, and
 //! feeds this core with what happened (`handle_*`: connection data, send and receive
 //! completions, CM events, application reads and writes). The core answers with plans
 //! (`prepare_write` → [`DataWrite`], `poll_control` → [`ControlWrite`](plan::ControlWrite)) that

@@ -34,6 +34,7 @@ pub(crate) use cm::{
 };
 pub(crate) use cq::{
     CompletionBatch, CompletionChannel, CompletionQueue, WcStatus, WorkCompletion,
+    completion_error, wc_error,
 };
 #[cfg(feature = "test-hooks")]
 pub use device::Resource;

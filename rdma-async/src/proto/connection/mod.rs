@@ -51,7 +51,7 @@ pub(crate) const TARGET_SGL_BYTES: usize = RS_SGL_SIZE * RsSge::LEN;
 
 /// Protocol state and logic of one side of an rsockets stream.
 ///
-/// A `Connection` performs no I/O. Its driver (`StreamCore`, in `stream/stream_core.rs`) owns
+/// A `Connection` performs no I/O. Its driver (`StreamCore`, in `stream/driver/`) owns
 /// the queue pair, the completion queue and the registered memory; it tells the connection what
 /// happened and what the application asks for, and posts the work requests the connection
 /// plans. `Connection` has roughly five kinds of methods:

@@ -2,7 +2,7 @@
 //!
 //! Each side has plain `Vec<u8>`s for its send ring, receive ring and target SGL at fake
 //! addresses with fake rkeys, and a driver loop that uses the protocol core the way the real
-//! stream's driver (`StreamCore` in `stream/stream_core.rs`) does: copy into the send ring,
+//! stream's driver (`StreamCore` in `stream/driver/`) does: copy into the send ring,
 //! post, handle completions, repost receives, post control messages, copy out of the receive
 //! ring.
 //!

@@ -11,10 +11,11 @@ use tokio::sync::{Notify, Semaphore};
 
 use super::operation::{Reaper, Ring, post_and_wait};
 use crate::cm::link::CmLink;
-use crate::error::{StickyError, wc_error};
+use crate::error::StickyError;
 use crate::rdma::reaping::Reaping;
 use crate::rdma::srq::SharedReceiveQueue;
 use crate::reactor::AsyncCq;
+use crate::verbs::wc_error;
 use crate::verbs::{
     CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable, Posted,
     ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,

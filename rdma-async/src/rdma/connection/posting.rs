@@ -8,7 +8,7 @@ use std::ops::{Range, RangeBounds};
 use std::sync::Arc;
 
 use super::RdmaConnection;
-use crate::error::{self, completion_error, wc_error};
+use crate::error;
 use crate::memory::RemoteSlice;
 use crate::memory::sealed::Carried;
 use crate::memory::span;
@@ -17,6 +17,7 @@ use crate::rdma::completion_task::lost_buffer;
 use crate::verbs::{
     Held, Opcode, Posted, Segment, WcStatus, WindowBinding, WindowOp, WorkCompletion, WorkQueue,
 };
+use crate::verbs::{completion_error, wc_error};
 
 /// What an operation was, for its error messages.
 #[derive(Debug, Clone, Copy)]

@@ -6,9 +6,9 @@ use std::task::{Context, Poll, ready};
 
 use tokio::task::coop;
 
-use crate::error::wc_error;
 use crate::proto::WR_ID_RECV_FLAG;
 use crate::stream::side_wakers::{Polling, Reading};
+use crate::verbs::wc_error;
 use crate::verbs::{CompletionBatch, WcStatus, WorkCompletion};
 
 use super::{BATCH, CoreState, PUMP_BATCHES, Side, StreamCore, TARGET_SGL};

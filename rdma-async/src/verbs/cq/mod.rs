@@ -4,8 +4,10 @@
 
 mod comp_queue;
 mod completion_batch;
+mod wc_error;
 mod work;
 
 pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use completion_batch::CompletionBatch;
+pub(crate) use wc_error::{completion_error, wc_error};
 pub(crate) use work::{WcStatus, WorkCompletion};
