@@ -1,16 +1,43 @@
-//! [`queue_setters!`]: the builder methods for the queue options (depths, inline size,
-//! busy-poll, keepalive) that `EndpointOptions`, `RdmaOptions` and `RDatagramOptions` share,
-//! written once with their clamping and the part of their documentation that holds for every
-//! transport.
+//! [`QueueOptions`], the queue options (depths, inline size, busy-poll, keepalive) that
+//! `EndpointOptions`, `RdmaOptions` and `RDatagramOptions` each embed, and [`queue_setters!`],
+//! their builder methods, written once with their clamping and the part of their documentation
+//! that holds for every transport.
 
 use std::time::Duration;
 
 /// The busy-poll window every transport starts with (rsockets' `polling_time` default).
 pub(crate) const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(10);
 
-/// Builder methods for the queue options stored in fields of the same names (`send_depth`,
-/// `recv_depth`: `u32`; `max_inline`: `u32`; `busy_poll`: `Duration`; `keepalive`:
-/// `Option<Duration>`), in the order listed.
+/// The options of a transport's queues and of waiting on them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct QueueOptions {
+    /// Send-queue work requests in flight.
+    pub(crate) send_depth: u32,
+    /// Receives kept posted.
+    pub(crate) recv_depth: u32,
+    /// Bytes a send copies into its work request (`IBV_SEND_INLINE`).
+    pub(crate) max_inline: u32,
+    /// How long an empty completion queue is polled before the task sleeps.
+    pub(crate) busy_poll: Duration,
+    /// How often the peer is probed; `None`: never.
+    pub(crate) keepalive: Option<Duration>,
+}
+
+impl QueueOptions {
+    /// Queues this deep, this much inline, the default busy-poll window, no keepalive.
+    pub(crate) const fn new(send_depth: u32, recv_depth: u32, max_inline: u32) -> Self {
+        QueueOptions {
+            send_depth,
+            recv_depth,
+            max_inline,
+            busy_poll: DEFAULT_BUSY_POLL,
+            keepalive: None,
+        }
+    }
+}
+
+/// Builder methods for the queue options of a type that embeds [`QueueOptions`] as its field
+/// `queue`, in the order listed.
 ///
 /// Each setter is given as the doc lines that only hold for the invoking type, then its name and
 /// a `;`; the macro adds the doc lines every transport shares and the body. A type names only
@@ -28,7 +55,7 @@ macro_rules! queue_setters {
         $(#[$doc])*
         /// At least 1 (0 is taken as 1).
         pub fn send_depth(mut self, n: u32) -> Self {
-            self.send_depth = n.max(1);
+            self.queue.send_depth = n.max(1);
             self
         }
 
@@ -38,7 +65,7 @@ macro_rules! queue_setters {
         $(#[$doc])*
         /// At least 1 (0 is taken as 1).
         pub fn recv_depth(mut self, n: u32) -> Self {
-            self.recv_depth = n.max(1);
+            self.queue.recv_depth = n.max(1);
             self
         }
 
@@ -49,7 +76,7 @@ macro_rules! queue_setters {
         /// Copying inline (`IBV_SEND_INLINE`) spares the device a DMA read of the data: lower
         /// latency for small messages. 0 turns it off.
         pub fn max_inline(mut self, bytes: u32) -> Self {
-            self.max_inline = bytes;
+            self.queue.max_inline = bytes;
             self
         }
 
@@ -64,7 +91,7 @@ macro_rules! queue_setters {
         /// up to 63 of them), so many connections that each wait longer than the window do not
         /// spin the thread for nothing; a window that finds a completion restores it.
         pub fn busy_poll(mut self, time: std::time::Duration) -> Self {
-            self.busy_poll = time;
+            self.queue.busy_poll = time;
             self
         }
 
@@ -76,7 +103,7 @@ macro_rules! queue_setters {
         $(#[$doc])*
         /// Off by default, as TCP's keepalive is.
         pub fn keepalive(mut self, interval: std::time::Duration) -> Self {
-            self.keepalive = Some(interval);
+            self.queue.keepalive = Some(interval);
             self
         }
 

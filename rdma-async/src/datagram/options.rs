@@ -5,7 +5,7 @@ use std::io;
 use std::time::Duration;
 
 use crate::cm::IdOptions;
-use crate::cm::queue_setters::{DEFAULT_BUSY_POLL, queue_setters};
+use crate::cm::queue_setters::{QueueOptions, queue_setters};
 use crate::error;
 
 /// Options for [`RDatagram::bind_with`](super::RDatagram::bind_with).
@@ -14,11 +14,9 @@ use crate::error;
 /// reads, and further ones are dropped by the device (as a full UDP socket buffer drops them).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RDatagramOptions {
-    pub(crate) recv_depth: u32,
-    pub(crate) send_depth: u32,
+    pub(crate) queue: QueueOptions,
     pub(crate) max_datagram: Option<usize>,
     pub(crate) resolve_timeout: Duration,
-    pub(crate) busy_poll: Duration,
     pub(crate) id: IdOptions,
     pub(crate) max_peers: usize,
     pub(crate) context: Option<DeviceContext>,
@@ -31,11 +29,9 @@ const DEFAULT_MAX_PEERS: usize = 1024;
 impl Default for RDatagramOptions {
     fn default() -> Self {
         RDatagramOptions {
-            recv_depth: 128,
-            send_depth: 64,
+            queue: QueueOptions::new(64, 128, 0),
             max_datagram: None,
             resolve_timeout: Duration::from_secs(2),
-            busy_poll: DEFAULT_BUSY_POLL,
             id: IdOptions::default(),
             max_peers: DEFAULT_MAX_PEERS,
             context: None,
@@ -155,7 +151,10 @@ mod tests {
             .recv_depth(0)
             .send_depth(0)
             .max_peers(0);
-        assert_eq!((o.recv_depth, o.send_depth, o.max_peers), (1, 1, 1));
+        assert_eq!(
+            (o.queue.recv_depth, o.queue.send_depth, o.max_peers),
+            (1, 1, 1)
+        );
         assert_eq!(RDatagramOptions::new().max_peers, 1024);
     }
 }

@@ -2,11 +2,10 @@
 //! connection parameters of an [`Endpoint`](super::Endpoint).
 
 use std::io;
-use std::time::Duration;
 
 use crate::cm::ConnParams;
 use crate::cm::handshake::{DialOptions, dial_setters};
-use crate::cm::queue_setters::{DEFAULT_BUSY_POLL, queue_setters};
+use crate::cm::queue_setters::{QueueOptions, queue_setters};
 use crate::device::BufferPool;
 use crate::error;
 
@@ -14,11 +13,7 @@ use crate::error;
 #[derive(Debug, Clone)]
 pub struct EndpointOptions {
     pub(super) max_message_size: usize,
-    pub(super) send_depth: u32,
-    pub(super) recv_depth: u32,
-    pub(super) max_inline: u32,
-    pub(super) busy_poll: Duration,
-    pub(super) keepalive: Option<Duration>,
+    pub(super) queue: QueueOptions,
     pub(super) dial: DialOptions,
     pub(super) params: ConnParams,
     pub(super) recv_pool: Option<BufferPool>,
@@ -28,11 +23,7 @@ impl Default for EndpointOptions {
     fn default() -> Self {
         EndpointOptions {
             max_message_size: 4096,
-            send_depth: 16,
-            recv_depth: 16,
-            max_inline: 64,
-            busy_poll: DEFAULT_BUSY_POLL,
-            keepalive: None,
+            queue: QueueOptions::new(16, 16, 64),
             dial: DialOptions::default(),
             params: ConnParams::default(),
             recv_pool: None,
@@ -113,8 +104,8 @@ impl EndpointOptions {
         }
         let slot_bytes = |depth: u32| self.max_message_size.checked_mul(depth as usize);
         if u32::try_from(self.max_message_size).is_err()
-            || slot_bytes(self.send_depth).is_none()
-            || slot_bytes(self.recv_depth).is_none()
+            || slot_bytes(self.queue.send_depth).is_none()
+            || slot_bytes(self.queue.recv_depth).is_none()
         {
             return Err(error::invalid_input("endpoint buffer sizes overflow"));
         }

@@ -36,23 +36,23 @@ struct EndpointParts {
 fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
     let max = opts.max_message_size;
     let pd = opts.dial.context_for(id)?.pd().clone();
-    let async_send_cq = AsyncCq::create(id, opts.send_depth, opts.busy_poll)?;
-    let async_recv_cq = AsyncCq::create(id, opts.recv_depth, opts.busy_poll)?;
+    let async_send_cq = AsyncCq::create(id, opts.queue.send_depth, opts.queue.busy_poll)?;
+    let async_recv_cq = AsyncCq::create(id, opts.queue.recv_depth, opts.queue.busy_poll)?;
     let (send_cq, recv_cq) = (async_send_cq.queue(), async_recv_cq.queue());
     let send_buf = RegisteredBuffer::new(
         pd.clone(),
-        max * opts.send_depth as usize,
+        max * opts.queue.send_depth as usize,
         Access::default(),
     )?;
     let recv_buf = RegisteredBuffer::new(
         pd.clone(),
-        max * opts.recv_depth as usize,
+        max * opts.queue.recv_depth as usize,
         Access::default(),
     )?;
     let caps = QpCaps {
-        max_send_wr: opts.send_depth,
-        max_recv_wr: opts.recv_depth,
-        max_inline_data: opts.max_inline,
+        max_send_wr: opts.queue.send_depth,
+        max_recv_wr: opts.queue.recv_depth,
+        max_inline_data: opts.queue.max_inline,
         max_send_sge: 1,
     };
     let qp = OwnedBufferQueuePair::new(
@@ -65,7 +65,7 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
         Vec::new(),
     )?;
     // Receives are posted before the handshake, so the peer may send as soon as it is connected.
-    let recv_lent = (0..opts.recv_depth as usize)
+    let recv_lent = (0..opts.queue.recv_depth as usize)
         .map(|slot| post_receive(&qp, opts.recv_pool.as_ref(), slot, max))
         .collect::<io::Result<_>>()?;
     Ok(EndpointParts {
@@ -140,10 +140,18 @@ impl Endpoint {
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {
         let max_inline = parts.qp.max_inline_data() as usize;
-        let recv = SlotQueue::new(parts.recv_cq, options.recv_depth as usize, Some(&link))?;
+        let recv = SlotQueue::new(
+            parts.recv_cq,
+            options.queue.recv_depth as usize,
+            Some(&link),
+        )?;
         recv.try_lock()?.held = parts.recv_lent;
         Ok(Endpoint {
-            send: SlotQueue::new(parts.send_cq, options.send_depth as usize, Some(&link))?,
+            send: SlotQueue::new(
+                parts.send_cq,
+                options.queue.send_depth as usize,
+                Some(&link),
+            )?,
             recv,
             recv_pool: options.recv_pool.clone(),
             abandoned: Default::default(),
@@ -151,8 +159,8 @@ impl Endpoint {
             qp: parts.qp,
             max_message_size: options.max_message_size,
             max_inline,
-            keepalive: options.keepalive,
-            signal_interval: signal_interval(options.send_depth),
+            keepalive: options.queue.keepalive,
+            signal_interval: signal_interval(options.queue.send_depth),
             #[cfg(feature = "test-hooks")]
             send_completions: Default::default(),
         })

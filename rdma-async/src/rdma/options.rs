@@ -1,11 +1,10 @@
 //! Queue sizes, handshake parameters and rdma_cm options of an [`super::RdmaConnection`].
 
 use std::io;
-use std::time::Duration;
 
 use crate::cm::ConnParams;
 use crate::cm::handshake::{DialOptions, dial_setters};
-use crate::cm::queue_setters::{DEFAULT_BUSY_POLL, queue_setters};
+use crate::cm::queue_setters::{QueueOptions, queue_setters};
 use crate::error;
 use crate::verbs::MAX_SEGMENTS;
 
@@ -14,13 +13,9 @@ use super::srq::SharedReceiveQueue;
 /// Options of [`super::RdmaConnection::connect`] and [`super::RdmaConnection::accept`].
 #[derive(Debug, Clone)]
 pub struct RdmaOptions {
-    pub(crate) send_depth: u32,
-    pub(crate) recv_depth: u32,
+    pub(crate) queue: QueueOptions,
     pub(crate) max_send_sge: u32,
     pub(crate) max_recv_sge: u32,
-    pub(crate) max_inline: u32,
-    pub(crate) busy_poll: Duration,
-    pub(crate) keepalive: Option<Duration>,
     pub(crate) dial: DialOptions,
     pub(crate) params: ConnParams,
     pub(crate) srq: Option<SharedReceiveQueue>,
@@ -29,13 +24,9 @@ pub struct RdmaOptions {
 impl Default for RdmaOptions {
     fn default() -> Self {
         RdmaOptions {
-            send_depth: 64,
-            recv_depth: 64,
+            queue: QueueOptions::new(64, 64, 64),
             max_send_sge: 4,
             max_recv_sge: 4,
-            max_inline: 64,
-            busy_poll: DEFAULT_BUSY_POLL,
-            keepalive: None,
             dial: DialOptions::default(),
             params: ConnParams::new()
                 .responder_resources(16)
@@ -110,8 +101,9 @@ impl RdmaOptions {
     }
 
     pub(crate) fn check(&self) -> io::Result<()> {
-        self.send_depth
-            .checked_add(self.recv_depth)
+        self.queue
+            .send_depth
+            .checked_add(self.queue.recv_depth)
             .filter(|n| *n <= 1 << 20)
             .ok_or_else(|| error::invalid_input("queue depths are too large"))?;
         Ok(())

@@ -141,8 +141,8 @@ impl RDatagram {
         let local = id.local_addr()?;
         let max_datagram = opts.datagram_limit(port_mtu(&id)?)?;
         let slot_len = max_datagram + GRH_LEN;
-        let recv_depth = opts.recv_depth as usize;
-        let send_depth = opts.send_depth as usize;
+        let recv_depth = opts.queue.recv_depth as usize;
+        let send_depth = opts.queue.send_depth as usize;
         let sizes = || {
             Some((
                 max_datagram.checked_mul(send_depth)?,
@@ -155,12 +155,12 @@ impl RDatagram {
         let pd = DeviceContext::resolve(opts.context.as_ref(), &id)?
             .pd()
             .clone();
-        let async_send_cq = AsyncCq::create(&id, opts.send_depth, opts.busy_poll)?;
-        let async_recv_cq = AsyncCq::create(&id, opts.recv_depth, opts.busy_poll)?;
+        let async_send_cq = AsyncCq::create(&id, opts.queue.send_depth, opts.queue.busy_poll)?;
+        let async_recv_cq = AsyncCq::create(&id, opts.queue.recv_depth, opts.queue.busy_poll)?;
         let (send_cq, recv_cq) = (async_send_cq.queue(), async_recv_cq.queue());
         let caps = UdCaps {
-            max_send_wr: opts.send_depth,
-            max_recv_wr: opts.recv_depth,
+            max_send_wr: opts.queue.send_depth,
+            max_recv_wr: opts.queue.recv_depth,
             send_bytes,
             recv_bytes,
         };

@@ -7,7 +7,7 @@ use crate::proto::{
 };
 
 /// rstream `-B 4096`: SO_SNDBUF = SO_RCVBUF = 4096, doubled to 8 KiB rings.
-fn small() -> Config {
+pub(super) fn small() -> Config {
     Config::new()
         .with_sbuf_size(8192)
         .with_rbuf_size(8192)

@@ -3,16 +3,9 @@
 
 use std::time::{Duration, Instant};
 
+use super::tests::small;
 use super::{Pair, ReadOutcome};
-use crate::proto::{Config, ControlKind, CtrlCode, ProtoErrorKind, WriteBlocked, WriteError};
-
-fn small() -> Config {
-    Config::new()
-        .with_sbuf_size(8192)
-        .with_rbuf_size(8192)
-        .with_sq_size(16)
-        .with_rq_size(16)
-}
+use crate::proto::{ControlKind, CtrlCode, ProtoErrorKind, WriteBlocked, WriteError};
 
 /// Side 0 writes until it is blocked on what only the peer can give back (credits or ring
 /// space); side 1 takes every message in and never reads. Returns the bytes written.

@@ -57,17 +57,17 @@ fn build(id: &Arc<CmId>, opts: &RdmaOptions) -> io::Result<ConnParts> {
     };
     // The completion queue has room for this connection's work requests and, with a shared
     // receive queue, for every receive of that queue (any of them may complete here).
-    let entries = opts.send_depth + opts.recv_depth + srq_depth;
+    let entries = opts.queue.send_depth + opts.queue.recv_depth + srq_depth;
     // Its completion task polls the queue and wakes the operations that wait: a longer spin
     // there would keep a CPU busy without waking them sooner (msg_rate's depth-1 writes: 14.5k
     // -> 8.7k/s). Operations that poll for themselves have a growing window (`reaping`).
-    let async_cq = AsyncCq::create_fixed_window(id, entries, opts.busy_poll)?;
+    let async_cq = AsyncCq::create_fixed_window(id, entries, opts.queue.busy_poll)?;
     let cq = async_cq.queue();
     let table = Arc::new(InFlightTable::new(entries as usize, false));
     let caps = QpCaps {
-        max_send_wr: opts.send_depth,
-        max_recv_wr: opts.recv_depth,
-        max_inline_data: opts.max_inline,
+        max_send_wr: opts.queue.send_depth,
+        max_recv_wr: opts.queue.recv_depth,
+        max_inline_data: opts.queue.max_inline,
         max_send_sge: opts.max_send_sge,
     };
     let qp = CallerMemoryQueuePair::new(
@@ -158,12 +158,12 @@ impl RdmaConnection {
             link,
             parts,
             options.srq.clone(),
-            (options.send_depth, options.recv_depth),
-            options.busy_poll,
+            (options.queue.send_depth, options.queue.recv_depth),
+            options.queue.busy_poll,
         ));
         // connect/accept run inside Tokio (the rdma_cm channel is on its reactor).
         let completion_task = tokio::spawn(run_completion_task(shared.clone()));
-        if let Some(interval) = options.keepalive {
+        if let Some(interval) = options.queue.keepalive {
             tokio::spawn(keepalive(Arc::downgrade(&shared), interval));
         }
         Ok(RdmaConnection {
