@@ -49,7 +49,6 @@
 mod completion_task;
 mod connection;
 pub(crate) mod dialing;
-mod lone_yield;
 mod options;
 mod reaping;
 mod received;

@@ -27,8 +27,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::lone_yield::LoneYield;
-use crate::reactor::SpinPolicy;
+use crate::reactor::{LoneYield, SpinPolicy};
 use crate::verbs::WorkQueue;
 
 /// The polling state a connection's operations and its completion task share.

@@ -2,12 +2,12 @@
 //! which it keeps): completion channels and queues (`ibv_comp_channel`, `ibv_cq`) and the work
 //! completions (`ibv_wc`) polled from them.
 
-mod comp_queue;
 mod completion_batch;
+mod completion_queue;
 mod wc_error;
 mod work;
 
-pub(crate) use comp_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use completion_batch::CompletionBatch;
+pub(crate) use completion_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use wc_error::{completion_error, wc_error};
 pub(crate) use work::{WcStatus, WorkCompletion};

@@ -13,19 +13,19 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// Lone operations that spin without yielding after a yield that found nobody posting beside
 /// it. It bounds how long tasks that start posting together run one at a time (that many round
 /// trips) against the cost of probing a queue one task drives (one yield in this many + 1).
-pub(super) const SKIP_AFTER_IDLE_YIELD: u32 = 64;
+pub(crate) const SKIP_AFTER_IDLE_YIELD: u32 = 64;
 
 /// The probe state of one work queue's lone operations. Relaxed atomics: a stale read only
 /// moves one yield, and the operations are otherwise synchronized by the queue's slots.
 #[derive(Debug, Default)]
-pub(super) struct LoneYield {
+pub(crate) struct LoneYield {
     /// Lone operations left to spin without yielding.
     skip: AtomicU32,
 }
 
 impl LoneYield {
     /// Whether this lone operation yields first; counts one skipped yield if not.
-    pub(super) fn should_yield(&self) -> bool {
+    pub(crate) fn should_yield(&self) -> bool {
         match self.skip.load(Ordering::Relaxed) {
             0 => true,
             left => {
@@ -36,7 +36,7 @@ impl LoneYield {
     }
 
     /// After a yield: whether some other operation posted beside the yielding one.
-    pub(super) fn yielded(&self, joined: bool) {
+    pub(crate) fn yielded(&self, joined: bool) {
         let skip = if joined { 0 } else { SKIP_AFTER_IDLE_YIELD };
         self.skip.store(skip, Ordering::Relaxed);
     }
