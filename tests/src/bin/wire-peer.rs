@@ -84,13 +84,28 @@ fn main() -> io::Result<()> {
     runtime(true).block_on(serve(&args))
 }
 
+/// How often `write-close` tries to connect across the impaired wire.
+const CONNECT_ATTEMPTS: u32 = 5;
+
 /// Writes `bytes` to `addr` and goes away as `how` says (see the module docs). The runtime is
 /// built by hand: how it ends is what the test is about.
 fn write_close(addr: SocketAddr, bytes: usize, seed: u64, how: &str) -> io::Result<()> {
     let data = pattern(seed, bytes);
     let rt = runtime(how != "return-current");
     let stream = rt.block_on(async {
-        let mut stream = RStream::connect(addr).await?;
+        // The handshake crosses the lossy wire too and may fail (its messages run out of
+        // retries); the test is about what follows it, so a failed connect is tried again.
+        let mut attempt = 1;
+        let mut stream = loop {
+            match RStream::connect(addr).await {
+                Ok(stream) => break stream,
+                Err(e) if attempt < CONNECT_ATTEMPTS => {
+                    eprintln!("connect attempt {attempt} to {addr} failed: {e}");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         eprintln!("connected to {addr}");
         stream.write_all(&data).await?;
         println!("written: {bytes} bytes");
