@@ -1,6 +1,6 @@
 //! What happens to the bytes a dropped stream had accepted: the close sends rsockets'
 //! DISCONNECT after them and keeps the queue pair and rings until the peer has them all (or
-//! [`LINGER`] passed), so a `write_all` that returned `Ok` is never lost by dropping the
+//! its linger bound passed), so a `write_all` that returned `Ok` is never lost by dropping the
 //! stream, the task, or the runtime.
 //!
 //! Inside a runtime a task does the waiting. Where no task can, the thread that drops does it,
@@ -17,18 +17,17 @@ use tracing::Instrument;
 
 use super::driver::StreamCore;
 
-/// How long a dropped stream keeps its resources so that data written before the drop still
-/// reaches the peer (rsockets' `rclose` waits without a bound; we do not hang for ever).
-pub(super) const LINGER: Duration = Duration::from_secs(10);
-
-/// Closes `core`'s connection once the application dropped its last handle.
-pub(super) fn close(core: &Arc<StreamCore>) {
+/// Closes `core`'s connection once the application dropped its last handle, waiting up to
+/// `linger` ([`RStreamOptions::linger`](super::RStreamOptions::linger)) for the peer to take
+/// the data written before.
+pub(super) fn close(core: &Arc<StreamCore>, linger: Duration) {
     if !core.begin_close() {
         return;
     }
     let guard = Lingering {
         core: core.clone(),
-        deadline: Instant::now() + LINGER,
+        linger,
+        deadline: Instant::now() + linger,
         finished: false,
     };
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
@@ -42,9 +41,7 @@ pub(super) fn close(core: &Arc<StreamCore>) {
         let mut guard = guard;
         match tokio::time::timeout_at(guard.deadline.into(), guard.core.clone().linger()).await {
             Ok(()) => tracing::debug!("closed after lingering"),
-            Err(_) => {
-                tracing::debug!(?LINGER, "closed: the peer did not take all data in time")
-            }
+            Err(_) => warn_unacknowledged(linger),
         }
         guard.finished = true;
     };
@@ -55,6 +52,7 @@ pub(super) fn close(core: &Arc<StreamCore>) {
 /// dropping thread.
 struct Lingering {
     core: Arc<StreamCore>,
+    linger: Duration,
     deadline: Instant,
     finished: bool,
 }
@@ -68,7 +66,17 @@ impl Drop for Lingering {
         if self.core.linger_blocking(self.deadline) {
             tracing::debug!("closed after lingering in the dropping thread");
         } else {
-            tracing::debug!(?LINGER, "closed: the sends did not complete in time");
+            warn_unacknowledged(self.linger);
         }
     }
+}
+
+/// The close gave up: bytes the application wrote may not have reached the peer (which reads
+/// a reset, not a clean end of stream). A warning, as the writer's application learns of it
+/// no other way.
+fn warn_unacknowledged(linger: Duration) {
+    tracing::warn!(
+        ?linger,
+        "closed before the peer acknowledged everything written: it reads a reset"
+    );
 }

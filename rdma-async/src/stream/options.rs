@@ -6,6 +6,10 @@ use std::time::Duration;
 use crate::cm::handshake::{DialOptions, dial_setters};
 use crate::proto::Config;
 
+/// How long a dropped stream waits by default for its data to be acknowledged (see
+/// [`RStreamOptions::linger`]).
+const DEFAULT_LINGER: Duration = Duration::from_secs(10);
+
 /// Where rsockets reads its per-host defaults (one integer per file).
 const RSOCKET_CONFIG_DIR: &str = "/etc/rdma/rsocket";
 
@@ -27,6 +31,7 @@ pub struct RStreamOptions {
     pub(crate) dial: DialOptions,
     pub(crate) keepalive: Option<Duration>,
     pub(crate) zero_copy_reads: bool,
+    pub(crate) linger: Duration,
 }
 
 impl Default for RStreamOptions {
@@ -65,6 +70,7 @@ impl RStreamOptions {
             dial: DialOptions::default(),
             keepalive: None,
             zero_copy_reads: false,
+            linger: DEFAULT_LINGER,
         }
     }
 
@@ -140,6 +146,18 @@ impl RStreamOptions {
     /// their key, which rsockets reads for every write.
     pub fn zero_copy_reads(mut self, on: bool) -> Self {
         self.zero_copy_reads = on;
+        self
+    }
+
+    /// How long a dropped stream (its last handle) keeps its connection so that the bytes
+    /// written before the drop reach the peer: the close sends rsockets' DISCONNECT after them
+    /// and tears the connection down once the peer acknowledged everything, or once `time`
+    /// passed. 10 s by default. Past it the peer reads `ConnectionReset`, never a short clean
+    /// end of stream, and this side logs a warning. rsockets' `rclose` waits without a bound;
+    /// like `SO_LINGER`, this bounds the wait. A slow or lossy path (or an emulated device)
+    /// may need longer.
+    pub fn linger(mut self, time: Duration) -> Self {
+        self.linger = time;
         self
     }
 

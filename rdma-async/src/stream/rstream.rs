@@ -116,6 +116,8 @@ pub struct RStream {
 #[derive(Debug)]
 pub(super) struct Inner {
     core: Arc<StreamCore>,
+    /// How long the close waits for the peer to take what was written.
+    linger: Duration,
 }
 
 impl Inner {
@@ -154,7 +156,7 @@ impl Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
-        linger::close(&self.core);
+        linger::close(&self.core, self.linger);
     }
 }
 
@@ -273,7 +275,10 @@ impl RStream {
             spawn_keepalive(&core, interval);
         }
         Ok(RStream {
-            inner: Arc::new(Inner { core }),
+            inner: Arc::new(Inner {
+                core,
+                linger: options.linger,
+            }),
         })
     }
 

@@ -87,17 +87,24 @@ fn main() -> io::Result<()> {
 /// How often `write-close` tries to connect across the impaired wire.
 const CONNECT_ATTEMPTS: u32 = 5;
 
+/// How long `write-close`'s dropped stream waits for the reader to acknowledge its bytes. The
+/// default 10 s is short for Soft-RoCE under emulation on a lossy wire: there the last ring of
+/// a transfer can take longer than that to be retransmitted, and the test is about the close
+/// waiting, not about how fast the emulator recovers. (Still a bound, below the reader's.)
+const WRITE_CLOSE_LINGER: std::time::Duration = std::time::Duration::from_secs(120);
+
 /// Writes `bytes` to `addr` and goes away as `how` says (see the module docs). The runtime is
 /// built by hand: how it ends is what the test is about.
 fn write_close(addr: SocketAddr, bytes: usize, seed: u64, how: &str) -> io::Result<()> {
     let data = pattern(seed, bytes);
     let rt = runtime(how != "return-current");
+    let options = RStreamOptions::new().linger(WRITE_CLOSE_LINGER);
     let stream = rt.block_on(async {
         // The handshake crosses the lossy wire too and may fail (its messages run out of
         // retries); the test is about what follows it, so a failed connect is tried again.
         let mut attempt = 1;
         let mut stream = loop {
-            match RStream::connect(addr).await {
+            match RStream::connect_with(addr, &options).await {
                 Ok(stream) => break stream,
                 Err(e) if attempt < CONNECT_ATTEMPTS => {
                     eprintln!("connect attempt {attempt} to {addr} failed: {e}");
