@@ -152,3 +152,8 @@ pub mod __private {
         std::env::var_os("RDMA_ASYNC_REQUIRE_DEVICE").is_some_and(|v| v == "1")
     }
 }
+
+/// The crate's README (its page on crates.io), compiled as doc examples so its snippet builds.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
