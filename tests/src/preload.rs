@@ -148,8 +148,7 @@ pub async fn finish_with_input(mut child: Child, program: &str, input: Vec<u8>) 
 /// within the hang guard and returns what it wrote to stdout.
 ///
 /// Files rather than pipes: socat under librspreload (rdma-core 44) ended its connection early
-/// when its stdin and stdout were pipes, and never with files (see the README's section on
-/// running existing programs).
+/// when its stdin and stdout were pipes, and never with files (see `docs/preload.md`).
 pub async fn run_on_files(program: &str, args: &[String], input: &[u8]) -> Vec<u8> {
     let dir = std::env::temp_dir();
     let name = format!(

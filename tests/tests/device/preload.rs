@@ -1,8 +1,7 @@
 //! Unmodified C programs as peers: curl, socat and ncat, linked against libc sockets, run with
 //! rdma-core's `librspreload.so` in `LD_PRELOAD`: curl, socat and ncat as clients of our
 //! `RListener` servers, ncat also as the server our `RStream` connects to. Which programs work under
-//! librspreload and why the others do not: the README's "Running existing programs against
-//! rdma-async servers".
+//! librspreload and why the others do not: `docs/preload.md`.
 //!
 //! Nothing here listens or connects over TCP: our servers are `RListener`s and our client an
 //! `RStream`, so an exchange that works went over rsockets' protocol on RDMA.
