@@ -75,7 +75,8 @@ fn rsocket_params() -> ConnParams {
 /// a reader never sees a clean end of stream with bytes missing.
 ///
 /// - Dropping the stream (its last handle) keeps the queue pair and rings until every accepted
-///   byte and the DISCONNECT after them are acknowledged, for up to 10 s. A task on the
+///   byte and the DISCONNECT after them are acknowledged, for up to 10 s
+///   ([`RStreamOptions::linger`]; past it this side warns). A task on the
 ///   runtime waits for that. Where no task can (the stream is dropped outside any runtime, or
 ///   the runtime shuts down first, as when a `#[tokio::main]` returns right after writing), the
 ///   thread that drops the stream or the runtime waits instead, polling the completion queue
