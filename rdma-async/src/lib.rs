@@ -126,12 +126,14 @@ pub mod __fuzz {
     pub use crate::fuzzing::*;
 }
 
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 #[doc(hidden)]
 pub mod __test_hooks {
     //! Internal types that the compile-fail cases in `tests/ui/test_hooks` name (their methods
     //! stay crate-private), and the failure injection of the resource-limit tests. Never needed
-    //! by users.
+    //! by users. Like each transport's `hooks` module (`stream::hooks`, `endpoint::hooks`,
+    //! `rdma::hooks`, `datagram::hooks`), it exists only under `--cfg rdma_async_hooks`, which
+    //! this repository's `.cargo/config.toml` sets for its own builds and no dependency can.
     pub use crate::device::events::inject_event;
     pub use crate::verbs::fault_injection::{Teardown, fail_next, fail_next_teardown};
     pub use crate::verbs::{CallerMemoryQueuePair, OwnedBufferQueuePair, Resource};

@@ -7,9 +7,9 @@
 //!   a view kept across an operation, a reference into peer-writable memory,
 //!   non-byte registrations, outside implementations of `RegisteredBytes`, an
 //!   operation outliving its connection).
-//! - `ui_test_hooks`, the cases in `ui/test_hooks` (with the `test-hooks`
-//!   feature, which names internal types): posting on a queue pair of the
-//!   wrong kind.
+//! - `ui_test_hooks`, the cases in `ui/test_hooks` (with the test hooks,
+//!   `--cfg rdma_async_hooks`, which name internal types): posting on a
+//!   queue pair of the wrong kind.
 //! - The `#[rdma_async::test]` functions below are compiled as real tests,
 //!   which type-checks the expansion (trybuild builds its files without
 //!   `--test`, where test functions are stripped before type checking).
@@ -26,8 +26,9 @@ fn ui() {
     cases.pass("tests/ui/pass_*.rs");
 }
 
-/// The cases that name internal types (`scripts/test` runs this with `--features test-hooks`).
-#[cfg(feature = "test-hooks")]
+/// The cases that name internal types: built where the workspace's `.cargo/config.toml` sets
+/// `--cfg rdma_async_hooks` (it also hands it to trybuild's own build, through `[env]`).
+#[cfg(rdma_async_hooks)]
 #[test]
 fn ui_test_hooks() {
     trybuild::TestCases::new().compile_fail("tests/ui/test_hooks/fail_*.rs");

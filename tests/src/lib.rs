@@ -4,6 +4,10 @@
 //! unmodified programs over rsockets ([`preload`]), and RDMA resource counts for the leak tests
 //! ([`leaks`]). The common ones are re-exported here, with the hang guard and the checks of an
 //! error that every test binary uses.
+//!
+//! The tests play misbehaving peers through rdma-async's test hooks, which exist only under
+//! `--cfg rdma_async_hooks`: the workspace's `.cargo/config.toml` sets it (a `RUSTFLAGS`
+//! variable replaces it; rustc then says that the hooks are configured out).
 
 pub mod wire;
 

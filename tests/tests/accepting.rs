@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rdma_async::cm::{ParkedConnect, ParkedOutcome};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
+use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::pairs::stream_pair_on;
 use rdma_async_tests::streams::echo_once;
@@ -78,7 +79,7 @@ async fn parked_handshakes_end_at_the_deadline_and_later_clients_are_served() {
     let addr = listener.local_addr().unwrap();
     let baseline = leak_counts();
 
-    let parked = park(addr, &RStream::__request_data(&opts), 100).await;
+    let parked = park(addr, &hooks::request_data(&opts), 100).await;
     let started = Instant::now();
     // 64 parked handshakes fill the slots; they end at the deadline, then the other 36 and
     // this client get slots (7–12 s in the guest under load). The hang guard (60 s) is twenty
@@ -252,7 +253,7 @@ async fn out_of_descriptors_fails_one_request_not_the_listener() {
     let opts = small();
     let listener = rlistener_with(opts.clone()).await;
     let addr = listener.local_addr().unwrap();
-    let data = RStream::__request_data(&opts);
+    let data = hooks::request_data(&opts);
     // One full connection first: the device is open in this process from here on.
     let (server, mut client) = stream_pair_on(&listener, &opts).await;
     tokio::spawn(echo_server(server));

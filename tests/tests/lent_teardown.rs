@@ -10,6 +10,7 @@ use std::io;
 
 use rdma_async::__test_hooks::{Teardown, fail_next_teardown};
 use rdma_async::stream::RStreamOptions;
+use rdma_async::stream::hooks;
 use rdma_async_tests::{guard, leak_counts, settled_counts, stream_pair};
 use tokio::io::AsyncWriteExt;
 
@@ -31,7 +32,7 @@ async fn a_failed_deregistration_keeps_the_memory_registered_until_it_can_go() {
         .await
         .unwrap();
     guard("the first half arrives", async {
-        while server.__readable_len().unwrap() < HALF {
+        while hooks::readable_len(&server).unwrap() < HALF {
             server.readable().await.unwrap();
             tokio::task::yield_now().await;
         }

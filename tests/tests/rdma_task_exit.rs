@@ -5,6 +5,7 @@
 //! process's RDMA resources return to zero. One test in its own binary: it counts every RDMA
 //! resource of this process.
 
+use rdma_async::rdma::hooks;
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::{
@@ -60,7 +61,7 @@ async fn a_failed_completion_poll_ends_every_operation_with_its_cause() {
         assert!(poll_once(read.as_mut()).await.is_pending());
         assert!(poll_once(write.as_mut()).await.is_pending());
 
-        client.__fail_next_poll();
+        hooks::fail_next_poll(&client);
         // The server's message completes the first receive, which wakes the completion task into
         // the failure.
         let trigger = server.register(b"trigger".to_vec()).unwrap();

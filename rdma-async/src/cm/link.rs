@@ -115,7 +115,7 @@ impl CmLink {
     }
 
     /// The ACK timeout exponent rdma_cm gave the connection's queue pair.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn qp_ack_timeout(&self) -> io::Result<u8> {
         self.id
             .qp_ack_timeout()?
@@ -123,7 +123,7 @@ impl CmLink {
     }
 
     /// The RNR timer of the connection's queue pair.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn qp_min_rnr_timer(&self) -> io::Result<u8> {
         self.id
             .qp_min_rnr_timer()?
@@ -131,7 +131,7 @@ impl CmLink {
     }
 
     /// Sets the RNR timer of the connection's queue pair, as the handshake does.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn set_qp_min_rnr_timer(&self, code: u8) -> io::Result<()> {
         self.id.set_qp_min_rnr_timer(code)
     }

@@ -28,7 +28,7 @@ mod id_options;
 pub(crate) mod link;
 pub(crate) mod listener;
 mod params;
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 mod parked;
 pub(crate) mod peer_warnings;
 pub(crate) mod queue_setters;
@@ -48,7 +48,7 @@ pub use listener::CmListener;
 pub use params::{
     ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 #[doc(hidden)]
 pub use parked::{ParkedConnect, ParkedOutcome};
 pub use request::ConnectRequest;

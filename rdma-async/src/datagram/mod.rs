@@ -67,8 +67,8 @@ mod socket;
 mod stats;
 
 pub use options::RDatagramOptions;
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-pub use socket::PeerTables;
 pub use socket::RDatagram;
+#[cfg(rdma_async_hooks)]
+#[doc(hidden)]
+pub use socket::hooks;
 pub use stats::DatagramStats;

@@ -126,7 +126,7 @@ impl Sources {
     }
 
     /// How many senders are remembered: introduced or heard from, and anonymous SIDR ports.
-    #[cfg(any(test, feature = "test-hooks"))]
+    #[cfg(any(test, rdma_async_hooks))]
     pub(crate) fn len(&self) -> usize {
         self.known.len() + self.anonymous_ports.len()
     }

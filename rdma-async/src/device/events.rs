@@ -363,7 +363,7 @@ impl Registration {
 /// # Errors
 ///
 /// `NotFound` when there is no such device.
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 pub fn inject_event(
     device: &str,
     kind: DeviceEventKind,

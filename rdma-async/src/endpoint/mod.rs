@@ -8,7 +8,6 @@
 //! This file holds the type and what it reports about itself; its setup, sending, receiving
 //! and closing are in the sibling files.
 
-use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -19,6 +18,9 @@ use crate::cm::{SlotQueue, Slots};
 use crate::verbs::OwnedBufferQueuePair;
 
 mod closing;
+#[cfg(rdma_async_hooks)]
+#[doc(hidden)]
+pub mod hooks;
 mod lent;
 mod options;
 mod receiving;
@@ -74,7 +76,7 @@ pub struct Endpoint {
     /// Every how many sends one asks for a completion ([`crate::reactor::SendOrder::signal`]).
     signal_interval: usize,
     /// Send completions reaped, for the test hook that checks how few sends are signaled.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     send_completions: std::sync::atomic::AtomicU64,
 }
 
@@ -103,70 +105,5 @@ impl Endpoint {
     /// The local queue pair number.
     pub fn qp_num(&self) -> u32 {
         self.qp.qp_num()
-    }
-
-    /// Test hook: how many send completions this endpoint has reaped (only some sends are
-    /// signaled).
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __send_completions(&self) -> u64 {
-        self.send_completions
-            .load(std::sync::atomic::Ordering::Relaxed)
-    }
-
-    /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
-    /// id option reached it.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_query_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __ack_timeout(&self) -> io::Result<u8> {
-        self.link.qp_ack_timeout()
-    }
-
-    /// Test hook: the RNR timer of the queue pair (`ibv_query_qp`), to check that
-    /// `ConnParams::min_rnr_timer` reached it.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_query_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __min_rnr_timer(&self) -> io::Result<u8> {
-        self.link.qp_min_rnr_timer()
-    }
-
-    /// Test hook: sets the RNR timer of the queue pair as the handshake does, which must also
-    /// succeed once the queue pair failed (a peer may fail it before the handshake sets it).
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_modify_qp` on a queue pair that has not failed.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __set_min_rnr_timer(&self, code: u8) -> io::Result<()> {
-        self.link.set_qp_min_rnr_timer(code)
-    }
-
-    /// Test hook: the next receive this endpoint posts fails (as `ibv_post_recv` returning
-    /// `ENOMEM`), to check that such a failure ends the connection with that cause.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __fail_next_post_recv(&self) {
-        self.qp.fail_next_post_recv();
-    }
-
-    /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
-    /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_modify_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __vanish(&self) -> io::Result<()> {
-        self.qp.set_error()
     }
 }

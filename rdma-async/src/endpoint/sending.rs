@@ -112,7 +112,7 @@ impl Endpoint {
     /// failure ends the connection.
     pub(super) fn reap_send(&self, slots: &mut SendSlots, wc: &WorkCompletion) {
         let slot = wc.wr_id as usize;
-        #[cfg(feature = "test-hooks")]
+        #[cfg(rdma_async_hooks)]
         self.send_completions
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut order = std::mem::take(&mut slots.order);

@@ -161,7 +161,7 @@ impl Endpoint {
             max_inline,
             keepalive: options.queue.keepalive,
             signal_interval: signal_interval(options.queue.send_depth),
-            #[cfg(feature = "test-hooks")]
+            #[cfg(rdma_async_hooks)]
             send_completions: Default::default(),
         })
     }

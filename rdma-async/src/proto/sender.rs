@@ -291,7 +291,7 @@ impl Sender {
 
     /// A 0-byte DATA message (which C never sends, and a receiver accepts): it takes a
     /// send-queue entry and a credit like any chunk, but no ring bytes and no target buffer.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn next_empty_chunk(&mut self) -> Result<Chunk, WriteBlocked> {
         if let Some(reason) = self.blocked() {
             return Err(reason);
@@ -402,7 +402,7 @@ impl Sender {
     }
 
     /// The local copy of target SGL slot `slot` (what is left of the granted buffer).
-    #[cfg(any(test, feature = "test-hooks"))]
+    #[cfg(any(test, rdma_async_hooks))]
     pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
         self.target_sgl.get(slot).copied()
     }

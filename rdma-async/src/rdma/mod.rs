@@ -59,6 +59,9 @@ pub use crate::memory::{
     LocalRegion, RegisteredBytes, RemoteAccess, RemoteRegion, RemoteSlice, SharedRegion,
 };
 pub use connection::RdmaConnection;
+#[cfg(rdma_async_hooks)]
+#[doc(hidden)]
+pub use connection::hooks;
 pub use options::RdmaOptions;
 pub use received::{Received, ReceivedOp};
 pub use srq::SharedReceiveQueue;

@@ -89,7 +89,7 @@ pub(crate) struct AsyncCq {
     /// Yields to other tasks made instead of sleeping.
     waits_yielded: AtomicU64,
     /// Test hook: the next wait fails as if polling the queue had failed.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     fail_next_poll: std::sync::atomic::AtomicBool,
 }
 
@@ -103,7 +103,7 @@ impl AsyncCq {
             arm: ArmState::default(),
             spins_yielded: AtomicU64::new(0),
             waits_yielded: AtomicU64::new(0),
-            #[cfg(feature = "test-hooks")]
+            #[cfg(rdma_async_hooks)]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -143,7 +143,7 @@ impl AsyncCq {
     }
 
     /// Test hook: the next wait for completions fails as if `ibv_poll_cq` had failed.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn fail_next_poll(&self) {
         self.fail_next_poll
             .store(true, std::sync::atomic::Ordering::Release);
@@ -193,7 +193,7 @@ impl AsyncCq {
             Some(task) => ready!(coop::poll_proceed(&mut Context::from_waker(task))),
             None => ready!(coop::poll_proceed(cx)),
         };
-        #[cfg(feature = "test-hooks")]
+        #[cfg(rdma_async_hooks)]
         if self
             .fail_next_poll
             .swap(false, std::sync::atomic::Ordering::AcqRel)

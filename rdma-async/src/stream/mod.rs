@@ -116,6 +116,9 @@
 mod deadline_timer;
 mod driver;
 mod gather;
+#[cfg(rdma_async_hooks)]
+#[doc(hidden)]
+pub mod hooks;
 mod lending_ring;
 mod lent_bytes;
 mod linger;
@@ -123,8 +126,6 @@ mod listener;
 mod options;
 mod region_write;
 mod rstream;
-#[cfg(feature = "test-hooks")]
-mod rstream_hooks;
 mod side_wakers;
 mod split;
 mod stats;

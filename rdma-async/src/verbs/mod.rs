@@ -36,9 +36,9 @@ pub(crate) use cq::{
     CompletionBatch, CompletionChannel, CompletionQueue, WcStatus, WorkCompletion,
     completion_error, wc_error,
 };
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 pub use device::Resource;
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 pub(crate) use device::fault_injection;
 pub(crate) use device::{
     AsyncEventFd, CmDevices, DeviceList, RawAsyncEvent, ResourceError, event_type_str,
@@ -54,6 +54,7 @@ pub(crate) use qp::{
     Segment, SendChain, SharedRecvQueue, Ticket, UdCaps, UdQueuePair, UdSend, WorkQueue,
     WorkRequest, port_mtu,
 };
-// `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
+// `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export them; without them they
+// stay crate-private.
 pub use mr::ForeignMemory;
 pub use qp::{CallerMemoryQueuePair, OwnedBufferQueuePair};

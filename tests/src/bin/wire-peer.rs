@@ -38,6 +38,7 @@ use rdma_async::cm::{CmListener, ParkedConnect};
 use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
+use rdma_async::stream::hooks;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
@@ -230,7 +231,7 @@ async fn park(addr: SocketAddr, parked: usize, open: usize) -> io::Result<()> {
         assert_eq!(&back, b"open");
         streams.push(stream);
     }
-    let data = RStream::__request_data(&options);
+    let data = hooks::request_data(&options);
     let mut requests = Vec::with_capacity(parked);
     for _ in 0..parked {
         let request = ParkedConnect::resolve(addr).await?;

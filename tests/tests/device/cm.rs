@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use rdma_async::cm::{CmError, ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA};
+use rdma_async::endpoint::hooks;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async_tests::pairs::endpoint_pair_on;
 use rdma_async_tests::{endpoint_pair, err_kind, guard, listener, test_addr, test_addr6, test_ip};
@@ -408,7 +409,7 @@ async fn few_sends_are_signaled_yet_every_message_arrives_before_the_disconnect(
             client.send(&msg).await?;
         }
         client.disconnect().await?;
-        Ok::<_, io::Error>(client.__send_completions())
+        Ok::<_, io::Error>(hooks::send_completions(&client))
     });
     for i in 0..MESSAGES + 2 {
         let msg = guard("recv", server.recv()).await.unwrap();

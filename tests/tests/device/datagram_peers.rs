@@ -3,13 +3,14 @@
 //!
 //! A SIDR request names the sender's bound port and queue pair in its private data, which the
 //! sender chooses: one socket that introduces itself under a new port before each datagram
-//! (the `test-hooks` feature's `__introduce_as`) is a new peer each time, to the server's route
+//! (the test hooks' `datagram::hooks::introduce_as`) is a new peer each time, to the server's route
 //! table and address handles as to its sender table.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use rdma_async::datagram::hooks;
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
 use rdma_async_tests::{datagram, guard, test_ip};
 
@@ -47,7 +48,7 @@ async fn many_senders(
     count: u16,
 ) -> io::Result<RDatagram> {
     for port in first_port..first_port + count {
-        client.__introduce_as(server, port, client.qp_num()).await?;
+        hooks::introduce_as(&client, server, port, client.qp_num()).await?;
         round_trip(&client, server, &port.to_be_bytes()).await;
     }
     Ok(client)
@@ -91,7 +92,7 @@ async fn five_thousand_senders_stay_within_max_peers() {
 
     // Each of the 5000 (the newest ones last) got its echo through a route of its own; the
     // server remembers the most recent max_peers of them.
-    let tables = server.__peer_tables();
+    let tables = hooks::peer_tables(&server);
     println!("after {SENDERS} senders: {tables:?}");
     assert_eq!(
         tables.routes, DEFAULT_MAX_PEERS,
@@ -111,7 +112,7 @@ async fn five_thousand_senders_stay_within_max_peers() {
     for client in &clients {
         round_trip(client, server_addr, b"newest again").await;
     }
-    let after = server.__peer_tables();
+    let after = hooks::peer_tables(&server);
     assert_eq!(
         (after.routes, after.senders),
         (tables.routes, tables.senders),
@@ -125,7 +126,7 @@ async fn five_thousand_senders_stay_within_max_peers() {
     // The early peer's route was forgotten; its next datagram teaches the server a new one, and
     // the echo reaches it, named by its bound address.
     round_trip(&early, server_addr, b"early again").await;
-    let tables = server.__peer_tables();
+    let tables = hooks::peer_tables(&server);
     assert_eq!(tables.routes, DEFAULT_MAX_PEERS, "{tables:?}");
     assert!(
         tables.address_handles <= DEFAULT_MAX_PEERS + SEND_DEPTH,

@@ -1,5 +1,5 @@
 //! A peer that vanishes without a word (its end goes silent: no rdma_cm disconnect, no ACKs;
-//! the `test-hooks` feature's `__vanish`). On one node this plays what a peer host that lost
+//! the test hooks' `vanish`). On one node this plays what a peer host that lost
 //! power looks like; the wire tests do the same with a real NIC that drops everything.
 
 use std::io;
@@ -9,6 +9,7 @@ use rdma_async::cm::IdOptions;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::RStreamOptions;
+use rdma_async::{endpoint, rdma, stream};
 use rdma_async_tests::streams::fill_until_blocked;
 use rdma_async_tests::{completion_status, endpoint_pair, guard, rdma_pair, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -33,7 +34,7 @@ async fn a_writer_blocked_on_credits_learns_that_the_peer_vanished() {
     assert!(written >= 8192, "the peer's ring took only {written} bytes");
     let probes_before = client.stats().write_probes;
 
-    server.__vanish().unwrap();
+    stream::hooks::vanish(&server).unwrap();
     // The server never reads: without probes this write waits for credits for ever.
     let err = guard(
         "a blocked write to a vanished peer",
@@ -94,7 +95,7 @@ async fn a_live_peer_that_does_not_read_is_probed_but_not_failed() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_with_keepalive_learns_that_the_peer_vanished() {
     let (server, mut client) = stream_pair(options().keepalive(Duration::from_secs(1))).await;
-    server.__vanish().unwrap();
+    stream::hooks::vanish(&server).unwrap();
     let mut buf = [0u8; 16];
     // Nothing was written and nothing will be: only the keepalive can notice.
     let err = guard("a blocked read from a vanished peer", client.read(&mut buf))
@@ -117,7 +118,7 @@ fn endpoint_options() -> EndpointOptions {
 async fn an_endpoint_receiver_with_keepalive_learns_that_the_peer_vanished() {
     let opts = endpoint_options().keepalive(Duration::from_secs(1));
     let (server, client) = endpoint_pair(&opts).await;
-    server.__vanish().unwrap();
+    endpoint::hooks::vanish(&server).unwrap();
     // Nothing is in flight: only the keepalive can notice.
     let err = guard("a blocked recv from a vanished peer", client.recv())
         .await
@@ -137,7 +138,7 @@ async fn an_endpoint_receiver_with_keepalive_learns_that_the_peer_vanished() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pending_endpoint_recv_ends_when_a_send_to_a_vanished_peer_fails() {
     let (server, client) = endpoint_pair(&endpoint_options()).await;
-    server.__vanish().unwrap();
+    endpoint::hooks::vanish(&server).unwrap();
     let recv = client.recv();
     let send = async {
         client.send(b"into the void").await?;
@@ -163,7 +164,7 @@ async fn rdma_receives_with_keepalive_learn_that_the_peer_vanished() {
         .keepalive(Duration::from_secs(1))
         .id_options(IdOptions::new().ack_timeout(14));
     let (server, client) = rdma_pair(&opts).await;
-    server.__vanish().unwrap();
+    rdma::hooks::vanish(&server).unwrap();
     // Nothing is in flight but the keepalive.
     let (got, _) = guard(
         "a pending RDMA recv from a vanished peer",
@@ -216,7 +217,7 @@ async fn a_peer_that_disconnects_without_closing_reads_as_a_reset_after_its_data
     .await
     .unwrap();
     assert_eq!(&got, b"partial");
-    server.__vanish().unwrap();
+    stream::hooks::vanish(&server).unwrap();
     drop(server);
     let mut rest = Vec::new();
     let err = guard(

@@ -3,6 +3,7 @@
 //! a stale window key); copying where lending is not possible; C rsockets writing to a lending
 //! ring.
 
+use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::rstream_peer::{Counter, c_rstream_verify_args, send};
@@ -22,7 +23,7 @@ fn lending() -> RStreamOptions {
 
 /// Waits until at least `n` bytes are readable (the writer goes on by itself; this only looks).
 async fn until_readable(stream: &RStream, n: usize) {
-    while stream.__readable_len().unwrap() < n {
+    while hooks::readable_len(stream).unwrap() < n {
         stream.readable().await.unwrap();
         tokio::task::yield_now().await;
     }
@@ -153,7 +154,7 @@ async fn stale_write_into_a_lent_half(rounds_before: usize) {
     let (mut server, client) = stream_pair(lending()).await;
     let mut client = client;
     // The first grant: half 0 of the server's ring, under its first registration's key.
-    let (half0, first_key) = client.__peer_grant(0).expect("the first grant");
+    let (half0, first_key) = hooks::peer_grant(&client, 0).expect("the first grant");
     // Each round fills a half and gives it back, so after two rounds half 0 is granted again,
     // now through its window.
     for round in 0..rounds_before {
@@ -165,7 +166,7 @@ async fn stale_write_into_a_lent_half(rounds_before: usize) {
         assert_eq!((got.len(), lent), (HALF, HALF));
     }
     // The key half 0 is reachable through now (slot 0 is where its grants land).
-    let (_, key) = client.__peer_grant(0).expect("a grant in slot 0");
+    let (_, key) = hooks::peer_grant(&client, 0).expect("a grant in slot 0");
     if rounds_before == 0 {
         assert_eq!(key, first_key);
     } else {
@@ -180,9 +181,12 @@ async fn stale_write_into_a_lent_half(rounds_before: usize) {
     let lent = guard("lend half 0", server.read_lent(HALF)).await.unwrap();
     assert!(lent.is_lent() && lent.len() == HALF);
     // The writer still knows the key it wrote half 0 with; the half is revoked now.
-    guard("stale write", client.__raw_write(half0, key, &[0xee; 32]))
-        .await
-        .unwrap();
+    guard(
+        "stale write",
+        hooks::raw_write(&client, half0, key, &[0xee; 32]),
+    )
+    .await
+    .unwrap();
     assert!(lent[..] == data[..], "a revoked key wrote into lent bytes");
     drop(lent);
 }

@@ -7,7 +7,7 @@
 //! low-limit side runs as a child process (`limits-peer`) under `prlimit --memlock` and
 //! without that capability (`setpriv`), as an unprivileged process would. Rxe's device limits
 //! (1,048,560 queue pairs, 1,048,576 completion queues, 524,287 memory regions) are out of reach in a test, so
-//! exhaustion is injected through the `test-hooks` feature: the next creation on this thread
+//! exhaustion is injected through the test hooks (`--cfg rdma_async_hooks`): the next creation on this thread
 //! fails with `ENOMEM`, as a device that ran out reports it.
 
 use std::io;

@@ -9,6 +9,7 @@
 use std::io;
 use std::sync::Arc;
 
+use rdma_async::rdma::hooks;
 use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion, SharedRegion};
 use rdma_async_tests::{guard, rdma_pair};
 use tokio::task::JoinSet;
@@ -140,7 +141,7 @@ async fn a_refused_chained_post_ends_the_connection_and_returns_every_buffer() {
     const TASKS: usize = 8;
     let (_server, client, target, remote) = pair_with_target(&RdmaOptions::new(), TASKS).await;
 
-    client.__fail_next_chained_post();
+    hooks::fail_next_chained_post(&client);
     let ended = join_all("writes", spawn_writers(&client, remote, 0..TASKS, 1)).await;
     for (slot, r, buf) in &ended[1..] {
         let e = r.as_ref().expect_err("its chain was refused");

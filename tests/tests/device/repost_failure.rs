@@ -7,6 +7,7 @@ use std::io;
 
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::stream::RStreamOptions;
+use rdma_async::{endpoint, stream};
 use rdma_async_tests::{endpoint_pair, guard, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -21,7 +22,7 @@ fn assert_repost_cause(what: &str, err: &io::Error) {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_receive_repost_ends_the_stream_with_its_cause() {
     let (mut server, mut client) = stream_pair(RStreamOptions::new()).await;
-    server.__fail_next_post_recv();
+    stream::hooks::fail_next_post_recv(&server);
     // Each write reaches the server as a write with immediate, whose receive is posted again.
     let sent: Vec<u8> = (0..4u8).flat_map(|i| [i; 100]).collect();
     for chunk in sent.chunks(100) {
@@ -62,7 +63,7 @@ async fn a_failed_receive_repost_ends_the_stream_with_its_cause() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_receive_repost_ends_the_endpoint_with_its_cause() {
     let (server, client) = endpoint_pair(&EndpointOptions::new()).await;
-    server.__fail_next_post_recv();
+    endpoint::hooks::fail_next_post_recv(&server);
     for i in 0..4u8 {
         guard("a send", client.send(&[i; 100])).await.unwrap();
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rdma_async::cm::ConnParams;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
+use rdma_async::{endpoint, rdma};
 use rdma_async_tests::{guard, rdma_pair};
 
 /// The RNR NAKs the port of `conn` has received so far (rxe's `rcvd_rnr_err` counter).
@@ -90,17 +91,17 @@ async fn the_rnr_timer_is_set_on_both_queue_pairs() {
     // rdma_cm leaves it at 0 (655 ms between a receiver's "not ready" and the resend); the
     // default is perftest's 12 (0.64 ms), and ConnParams sets another.
     let (server, client) = rdma_pair(&RdmaOptions::new()).await;
-    assert_eq!(client.__min_rnr_timer().unwrap(), 12);
-    assert_eq!(server.__min_rnr_timer().unwrap(), 12);
+    assert_eq!(rdma::hooks::min_rnr_timer(&client).unwrap(), 12);
+    assert_eq!(rdma::hooks::min_rnr_timer(&server).unwrap(), 12);
     let opts = RdmaOptions::new().conn_params(ConnParams::new().min_rnr_timer(3));
     let (server, client) = rdma_pair(&opts).await;
-    assert_eq!(client.__min_rnr_timer().unwrap(), 3);
-    assert_eq!(server.__min_rnr_timer().unwrap(), 3);
+    assert_eq!(rdma::hooks::min_rnr_timer(&client).unwrap(), 3);
+    assert_eq!(rdma::hooks::min_rnr_timer(&server).unwrap(), 3);
     let (server, client) = rdma_async_tests::endpoint_pair(
         &rdma_async::endpoint::EndpointOptions::new()
             .conn_params(ConnParams::new().min_rnr_timer(1)),
     )
     .await;
-    assert_eq!(client.__min_rnr_timer().unwrap(), 1);
-    assert_eq!(server.__min_rnr_timer().unwrap(), 1);
+    assert_eq!(endpoint::hooks::min_rnr_timer(&client).unwrap(), 1);
+    assert_eq!(endpoint::hooks::min_rnr_timer(&server).unwrap(), 1);
 }

@@ -11,6 +11,7 @@ use rdma_async::datagram::{RDatagram, RDatagramOptions};
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
+use rdma_async::{datagram, endpoint, rdma, stream};
 use rdma_async_tests::pairs::{endpoint_pair_on, rdma_pair_on};
 use rdma_async_tests::{err_kind, guard, test_ip, test_ip6};
 
@@ -43,9 +44,9 @@ async fn rlistener_ack_timeout_reaches_accepted_streams() {
     .await;
     let (server, _) = accepted.unwrap();
     let client = client.unwrap();
-    assert_eq!(server.__ack_timeout().unwrap(), ACK_TIMEOUT);
+    assert_eq!(stream::hooks::ack_timeout(&server).unwrap(), ACK_TIMEOUT);
     assert_ne!(
-        client.__ack_timeout().unwrap(),
+        stream::hooks::ack_timeout(&client).unwrap(),
         ACK_TIMEOUT,
         "the client did not ask for it"
     );
@@ -85,15 +86,21 @@ async fn endpoint_accept_takes_the_listener_and_its_own_ack_timeout() {
     // dropped at once: only the accepted side is read.
     let defaults = EndpointOptions::new();
     let server = endpoint_pair_on(&listener, &defaults, &defaults).await.0;
-    assert_eq!(server.__ack_timeout().unwrap(), ACK_TIMEOUT);
+    assert_eq!(endpoint::hooks::ack_timeout(&server).unwrap(), ACK_TIMEOUT);
     // The accepting type's own option wins over the listener's.
     let own = EndpointOptions::new().id_options(ack_timeout(OTHER_ACK_TIMEOUT));
     let server = endpoint_pair_on(&listener, &own, &defaults).await.0;
-    assert_eq!(server.__ack_timeout().unwrap(), OTHER_ACK_TIMEOUT);
+    assert_eq!(
+        endpoint::hooks::ack_timeout(&server).unwrap(),
+        OTHER_ACK_TIMEOUT
+    );
     // And works without any on the listener.
     let plain = rdma_async_tests::listener().await;
     let server = endpoint_pair_on(&plain, &own, &defaults).await.0;
-    assert_eq!(server.__ack_timeout().unwrap(), OTHER_ACK_TIMEOUT);
+    assert_eq!(
+        endpoint::hooks::ack_timeout(&server).unwrap(),
+        OTHER_ACK_TIMEOUT
+    );
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
@@ -101,10 +108,13 @@ async fn rdma_accept_takes_the_listener_and_its_own_ack_timeout() {
     let listener = cm_listener(&ack_timeout(ACK_TIMEOUT)).await;
     let defaults = RdmaOptions::new();
     let server = rdma_pair_on(&listener, &defaults, &defaults).await.0;
-    assert_eq!(server.__ack_timeout().unwrap(), ACK_TIMEOUT);
+    assert_eq!(rdma::hooks::ack_timeout(&server).unwrap(), ACK_TIMEOUT);
     let own = RdmaOptions::new().id_options(ack_timeout(OTHER_ACK_TIMEOUT));
     let server = rdma_pair_on(&listener, &own, &defaults).await.0;
-    assert_eq!(server.__ack_timeout().unwrap(), OTHER_ACK_TIMEOUT);
+    assert_eq!(
+        rdma::hooks::ack_timeout(&server).unwrap(),
+        OTHER_ACK_TIMEOUT
+    );
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
@@ -117,13 +127,13 @@ async fn rdatagram_type_of_service_reaches_its_routes() {
     let (server_addr, client_addr) = (server.local_addr().unwrap(), client.local_addr().unwrap());
     let got = guard(
         "resolve the client",
-        server.__resolve_traffic_class(client_addr),
+        datagram::hooks::resolve_traffic_class(&server, client_addr),
     )
     .await;
     assert_eq!(got.unwrap(), TOS);
     let got = guard(
         "resolve the server",
-        client.__resolve_traffic_class(server_addr),
+        datagram::hooks::resolve_traffic_class(&client, server_addr),
     )
     .await;
     assert_ne!(got.unwrap(), TOS, "the client did not ask for it");

@@ -5,6 +5,7 @@
 use std::io;
 use std::time::Duration;
 
+use rdma_async::endpoint::hooks;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::error::EarlierFailure;
 use rdma_async_tests::{completion_status as status_of, guard, listener};
@@ -94,12 +95,12 @@ async fn endpoint_reports_a_failed_send_again_with_its_status() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_rnr_timer_can_be_set_after_the_peer_failed_the_queue_pair() {
     let (_client, server) = oversized_message(|ep| async move {
-        ep.__set_min_rnr_timer(5)?;
+        hooks::set_min_rnr_timer(&ep, 5)?;
         let failure = ep
             .recv()
             .await
             .expect_err("an oversized message fails the receive");
-        ep.__set_min_rnr_timer(6)?;
+        hooks::set_min_rnr_timer(&ep, 6)?;
         Ok(failure)
     })
     .await;

@@ -2,6 +2,7 @@
 
 use std::io;
 
+use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::pairs::stream_pair_on;
@@ -471,7 +472,7 @@ async fn protocol_violating_immediates_end_the_connection_with_an_error() {
         ("data that did not land", 4096u32),
     ] {
         let (bad_peer, mut victim) = stream_pair(RStreamOptions::new()).await;
-        bad_peer.__send_raw_immediate(imm).unwrap();
+        hooks::send_raw_immediate(&bad_peer, imm).unwrap();
         let mut buf = [0u8; 64];
         let err = guard(
             "read from a peer that broke the protocol",

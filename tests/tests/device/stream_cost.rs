@@ -5,6 +5,7 @@
 
 use std::io::{self, IoSlice};
 
+use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions, StreamStats};
 use rdma_async_tests::data::pattern;
 use rdma_async_tests::{guard, stream_pair};
@@ -224,7 +225,7 @@ async fn an_inline_chunk_larger_than_a_chains_room_is_posted_alone() {
 async fn a_call_of_many_messages_posts_full_chains() {
     let (_reader, writer) = stream_pair(RStreamOptions::new()).await;
     let before = writer.stats();
-    let sent = writer.__send_empty_messages(40).unwrap();
+    let sent = hooks::send_empty_messages(&writer, 40).unwrap();
     let after = writer.stats();
     assert_eq!(sent, 40, "a fresh stream has credits for 40 messages");
     let writes = after.data_writes - before.data_writes;

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::Poll;
 
+use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_tests::{guard, rlistener, rlistener_with, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -66,7 +67,7 @@ fn spawn_flooder(
             let mut peer = RStream::connect(addr).await?;
             let mut done = 0;
             while done < total {
-                let n = peer.__send_empty_messages((total - done).min(4096) as usize)?;
+                let n = hooks::send_empty_messages(&peer, (total - done).min(4096) as usize)?;
                 if n == 0 {
                     peer.writable().await?;
                 }
@@ -211,7 +212,7 @@ async fn a_backlog_of_completions_is_handled_over_several_polls() {
     // granted at connection time (its receive queue: 384), so it is valid and changes nothing.
     const CREDITS_ONLY: u32 = (4 << 29) | 384;
     for _ in 0..BACKLOG {
-        peer.__send_raw_immediate(CREDITS_ONLY).unwrap();
+        hooks::send_raw_immediate(&peer, CREDITS_ONLY).unwrap();
     }
     // SHUTDOWN follows them on the same queue pair and completes once the flooded end has
     // acknowledged everything before it: the backlog is then in its completion queue, unread.

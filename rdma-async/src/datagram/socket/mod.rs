@@ -29,12 +29,11 @@ use crate::verbs::{AddressHandle, AddressHandles, GRH_LEN, UdCaps, UdQueuePair, 
 
 use recv::ArrivedDatagram;
 
+#[cfg(rdma_async_hooks)]
+pub mod hooks;
 mod recv;
 mod routes;
 mod send;
-
-#[cfg(feature = "test-hooks")]
-pub use routes::PeerTables;
 
 /// Pending SIDR requests the bound id queues (as `TcpListener::bind`'s backlog).
 const BACKLOG: i32 = 1024;

@@ -102,7 +102,10 @@ impl RDatagram {
     }
 
     /// The SIDR exchange with `target`, from this socket's address and with its id options.
-    async fn ask_peer(&self, target: SocketAddr) -> io::Result<(UdParam, Option<Hello>)> {
+    pub(super) async fn ask_peer(
+        &self,
+        target: SocketAddr,
+    ) -> io::Result<(UdParam, Option<Hello>)> {
         resolve_peer(
             self.local.ip(),
             target,
@@ -160,73 +163,6 @@ impl RDatagram {
             Err(e) => tracing::debug!(%from, error = %e, "no reply route from a datagram"),
         }
     }
-
-    /// Test hook: resolves `target` as a first datagram to it does, and returns the traffic
-    /// class of the route rdma_cm reports (the type of service of the socket's id options).
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::send_to`]'s resolution.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub async fn __resolve_traffic_class(&self, target: SocketAddr) -> io::Result<u8> {
-        let (ud, _) = self.ask_peer(target).await?;
-        Ok(ud.ah_attr.traffic_class())
-    }
-
-    /// Test hook: a SIDR exchange with `target` in which this socket claims to be bound to
-    /// `port` with queue pair `qpn` (a peer can claim anything there); nothing is cached here.
-    /// One socket plays many senders this way.
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::send_to`]'s resolution.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub async fn __introduce_as(&self, target: SocketAddr, port: u16, qpn: u32) -> io::Result<()> {
-        let claim = Hello { port, qpn };
-        resolve_peer(
-            self.local.ip(),
-            target,
-            self.resolve_timeout,
-            &self.id_options,
-            claim,
-        )
-        .await
-        .map(drop)
-    }
-
-    /// Test hook: how much the socket remembers about peers.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __peer_tables(&self) -> PeerTables {
-        PeerTables {
-            routes: lock(&self.routes).len(),
-            senders: self.shared.sources().len(),
-            address_handles: self.handles.live(),
-        }
-    }
-}
-
-/// The sizes of a socket's peer tables (a test hook).
-#[cfg(feature = "test-hooks")]
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PeerTables {
-    /// Cached routes to peers, resolved or being resolved.
-    pub routes: usize,
-    /// Senders known by their address, and anonymous SIDR ports.
-    pub senders: usize,
-    /// Live address handles: routes', groups' and those only in-flight sends still hold.
-    pub address_handles: usize,
 }
 
 fn already_joined(group: IpAddr) -> io::Error {

@@ -346,7 +346,7 @@ impl Connection {
     }
 
     /// What is left of the buffer the peer granted in our target SGL slot `slot`.
-    #[cfg(any(test, feature = "test-hooks"))]
+    #[cfg(any(test, rdma_async_hooks))]
     pub(crate) fn target_slot(&self, slot: usize) -> Option<RsSge> {
         self.sender.target_slot(slot)
     }

@@ -112,7 +112,7 @@ impl Connection {
 
     /// Plans a 0-byte DATA message: valid for the peer (it costs one of our credits and
     /// returns at once), but carrying nothing. Tests flood a peer with these.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn prepare_empty_write(&mut self) -> Result<DataWrite, WriteError> {
         self.write_readiness()?;
         let chunk = self

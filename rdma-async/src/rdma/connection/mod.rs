@@ -2,7 +2,6 @@
 //! atomics on caller-owned registered memory. This file holds the type and what it reports
 //! about itself; its setup, memory, operations and teardown are in the sibling files.
 
-use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -10,6 +9,8 @@ use super::completion_task::ConnShared;
 
 mod atomics;
 mod closing;
+#[cfg(rdma_async_hooks)]
+pub mod hooks;
 mod memory;
 mod messages;
 mod one_sided;
@@ -121,60 +122,6 @@ impl RdmaConnection {
     /// call is a system call; on a NIC, an MMIO write.
     pub fn post_send_calls(&self) -> u64 {
         self.shared.qp.send_posts()
-    }
-
-    /// Test hook: the ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an
-    /// id option reached it.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_query_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __ack_timeout(&self) -> io::Result<u8> {
-        self.shared.link.qp_ack_timeout()
-    }
-
-    /// Test hook: the RNR timer of the queue pair (`ibv_query_qp`), to check that
-    /// `ConnParams::min_rnr_timer` reached it.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_query_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __min_rnr_timer(&self) -> io::Result<u8> {
-        self.shared.link.qp_min_rnr_timer()
-    }
-
-    /// Test hook: the completion task's next wait fails as if `ibv_poll_cq` had failed, which
-    /// ends the connection: every pending operation ends with that cause, as does every later
-    /// one. The task waits only when woken, so the next completion (or disconnect) triggers it.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __fail_next_poll(&self) {
-        self.shared.cq.fail_next_poll();
-    }
-
-    /// Test hook: the next `ibv_post_send` of requests that several operations left to share a
-    /// doorbell fails (`ENOMEM`, as a provider refusing the chain would), and none of them is
-    /// posted.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __fail_next_chained_post(&self) {
-        self.shared.qp.fail_next_ring();
-    }
-
-    /// Test hook: this end goes silent without telling the peer (its queue pair moves to the
-    /// error state, no rdma_cm disconnect is sent), so the peer sees a host that vanished.
-    ///
-    /// # Errors
-    ///
-    /// The error of `ibv_modify_qp`.
-    #[cfg(feature = "test-hooks")]
-    #[doc(hidden)]
-    pub fn __vanish(&self) -> io::Result<()> {
-        self.shared.qp.set_error()
     }
 
     /// The name of the RDMA device the connection runs on (picked by the route to the peer or

@@ -1,5 +1,5 @@
-//! Test hooks: how tests play a peer that breaks the protocol or vanishes (feature
-//! `test-hooks`).
+//! Test hooks: how tests play a peer that breaks the protocol or vanishes (`--cfg
+//! rdma_async_hooks`; `crate::stream::hooks` hands them to tests).
 
 use std::future::poll_fn;
 use std::io;
@@ -30,7 +30,7 @@ impl StreamCore {
     }
 
     /// Bytes received and not yet read, after handling what the completion queue holds (see
-    /// `RStream::__readable_len`).
+    /// `stream::hooks::readable_len`).
     pub(in crate::stream) fn readable_len(&self) -> io::Result<usize> {
         let mut state = self.lock();
         self.pump_some(&mut state)?;
@@ -38,14 +38,14 @@ impl StreamCore {
     }
 
     /// Where the peer's grant in our target SGL slot `slot` would take the next byte, and its
-    /// key (see `RStream::__peer_grant`).
+    /// key (see `stream::hooks::peer_grant`).
     pub(in crate::stream) fn peer_grant(&self, slot: usize) -> Option<(u64, u32)> {
         let state = self.lock();
         state.conn.target_slot(slot).map(|sge| (sge.addr, sge.key))
     }
 
     /// Writes `bytes` (inline, at most the inline size) to `remote_addr` under `rkey`, outside
-    /// the protocol (see `RStream::__raw_write`); returns once the write completed.
+    /// the protocol (see `stream::hooks::raw_write`); returns once the write completed.
     pub(in crate::stream) async fn raw_write(
         &self,
         remote_addr: u64,
@@ -75,7 +75,7 @@ impl StreamCore {
         Ok(())
     }
 
-    /// Makes the next receive post fail (see `RStream::__fail_next_post_recv`).
+    /// Makes the next receive post fail (see `stream::hooks::fail_next_post_recv`).
     pub(in crate::stream) fn fail_next_post_recv(&self) {
         self.qp.fail_next_post_recv();
     }

@@ -18,7 +18,7 @@
 
 mod close;
 mod completions;
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 mod hooks;
 mod post;
 mod read;

@@ -17,7 +17,7 @@ impl AhAttr {
     }
 
     /// The traffic class of the global route header (on RoCE, the id's type of service).
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn traffic_class(&self) -> u8 {
         self.0.grh.traffic_class
     }

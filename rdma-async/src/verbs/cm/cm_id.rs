@@ -30,7 +30,8 @@ pub(crate) struct RawConnParam {
     pub(crate) retry_count: u8,
     pub(crate) rnr_retry_count: u8,
     /// The queue pair number a request announces when its id has no queue pair (only the
-    /// `test-hooks` parked requests send one; otherwise librdmacm announces the id's own).
+    /// parked requests of the test hooks, `--cfg rdma_async_hooks`, send one; otherwise
+    /// librdmacm announces the id's own).
     pub(crate) qp_num: u32,
 }
 

@@ -1,4 +1,4 @@
-//! Test hook (feature `test-hooks`): makes this thread's next creation of a verbs object fail
+//! Test hook (`--cfg rdma_async_hooks`): makes this thread's next creation of a verbs object fail
 //! with a chosen errno, as a device out of queue pairs, completion queues or memory regions
 //! would, so tests can check the error and that the process goes on serving; and its next
 //! teardown of one fail, leaving the object in place, as a failed `ibv_dereg_mr` does, so tests

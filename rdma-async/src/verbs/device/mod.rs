@@ -9,7 +9,7 @@ mod async_fd;
 mod cm_devices;
 mod device_attr;
 mod device_list;
-#[cfg(feature = "test-hooks")]
+#[cfg(rdma_async_hooks)]
 pub(crate) mod fault_injection;
 mod resource;
 mod resource_limits;
@@ -20,7 +20,8 @@ pub(super) use async_fd::{OwnsFd, set_nonblocking};
 pub(crate) use cm_devices::CmDevices;
 pub(super) use device_attr::{device_name, query_device, query_port};
 pub(crate) use device_list::DeviceList;
-// `pub` so that the `test-hooks` feature can re-export it; without it it stays crate-private.
+// `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export it; without them it stays
+// crate-private.
 pub use resource::Resource;
 pub(crate) use resource_limits::ResourceError;
 pub(super) use resource_limits::{

@@ -18,12 +18,12 @@ use super::device_attr::{device_name, query_device};
 use super::resource::Resource;
 use crate::error;
 
-/// The errno a test asked this creation of `resource` to fail with (feature `test-hooks`);
-/// always `None` without it.
+/// The errno a test asked this creation of `resource` to fail with (`--cfg
+/// rdma_async_hooks`); always `None` without it.
 pub(crate) fn injected_failure(resource: Resource) -> Option<i32> {
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     return super::fault_injection::injected(resource);
-    #[cfg(not(feature = "test-hooks"))]
+    #[cfg(not(rdma_async_hooks))]
     {
         let _ = resource;
         None

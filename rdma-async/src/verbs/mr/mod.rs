@@ -13,7 +13,8 @@ mod registration;
 mod user_buffer;
 
 pub(crate) use access::{Access, RegFlags};
-// `pub` so that the `test-hooks` feature can re-export it; without it it stays crate-private.
+// `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export it; without them it stays
+// crate-private.
 pub use foreign_memory::ForeignMemory;
 pub(crate) use mapping::huge_page_size;
 pub(crate) use memory::RegisteredBuffer;

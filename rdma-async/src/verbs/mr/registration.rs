@@ -92,7 +92,7 @@ pub(super) fn registered(
 ///
 /// `mr` is a live registration, deregistered once it succeeded.
 pub(super) unsafe fn deregister(mr: NonNull<sys::ibv_mr>, len: usize) -> io::Result<()> {
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     if let Some(errno) = crate::verbs::device::fault_injection::injected_teardown(
         crate::verbs::device::fault_injection::Teardown::DeregisterMemory,
     ) {

@@ -52,7 +52,7 @@ impl AddressHandles {
     }
 
     /// How many handles made here are alive.
-    #[cfg_attr(not(feature = "test-hooks"), allow(dead_code))]
+    #[cfg_attr(not(rdma_async_hooks), allow(dead_code))]
     pub(crate) fn live(&self) -> usize {
         self.live.load(Ordering::Relaxed)
     }

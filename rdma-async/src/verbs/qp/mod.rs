@@ -16,7 +16,8 @@ mod ud_queue_pair;
 mod work_request;
 
 pub(crate) use in_flight::{Held, InFlightTable, Ticket, WorkQueue};
-// `pub` so that the `test-hooks` feature can re-export them; without it they stay crate-private.
+// `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export them; without them they
+// stay crate-private.
 pub(crate) use queue_pair::{BufferView, QpCaps};
 pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
 pub(crate) use send_chain::SendChain;

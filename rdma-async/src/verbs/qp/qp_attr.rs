@@ -12,7 +12,7 @@ use crate::verbs::cm::CmId;
 impl CmId {
     /// The local ACK timeout exponent of the id's queue pair (`ibv_qp_attr::timeout`), which
     /// rdma_cm sets when the connection moves to RTS; `None` when the id has no queue pair.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn qp_ack_timeout(&self) -> io::Result<Option<u8>> {
         Ok(self
             .query_qp(sys::ibv_qp_attr_mask::IBV_QP_TIMEOUT)?
@@ -21,7 +21,7 @@ impl CmId {
 
     /// The RNR timer of the id's queue pair (`ibv_qp_attr::min_rnr_timer`); `None` when the id
     /// has no queue pair.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn qp_min_rnr_timer(&self) -> io::Result<Option<u8>> {
         Ok(self
             .query_qp(sys::ibv_qp_attr_mask::IBV_QP_MIN_RNR_TIMER)?

@@ -50,7 +50,8 @@ pub(crate) struct QpCaps {
 /// A connected queue pair and the memory `M` its work requests point into.
 ///
 /// Use it through [`OwnedBufferQueuePair`] or [`CallerMemoryQueuePair`]. (The types are `pub` only
-/// so that the `test-hooks` feature can name them in a compile-fail case; the module is private.)
+/// so that the test hooks (`--cfg rdma_async_hooks`) can name them in a compile-fail case; the
+/// module is private.)
 #[derive(Debug)]
 pub struct RcQueuePair<M> {
     id: Arc<CmId>,
@@ -62,7 +63,7 @@ pub struct RcQueuePair<M> {
     /// [`Self::destroy`] (the write lock) never frees it under a post.
     live: RwLock<bool>,
     /// Test hook: the next receive post fails as if the provider refused it.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     fail_next_post_recv: std::sync::atomic::AtomicBool,
     /// What outstanding work requests point into: dropped only after the queue pair was
     /// destroyed (by [`Self::destroy`] or `Drop::drop`), like every other field.
@@ -123,7 +124,7 @@ impl<M> RcQueuePair<M> {
             max_send_sge: attr.cap.max_send_sge,
             max_recv_sge: attr.cap.max_recv_sge,
             live: RwLock::new(true),
-            #[cfg(feature = "test-hooks")]
+            #[cfg(rdma_async_hooks)]
             fail_next_post_recv: std::sync::atomic::AtomicBool::new(false),
             memory,
             _send_cq: send_cq,
@@ -162,7 +163,7 @@ impl<M> RcQueuePair<M> {
     }
 
     /// Test hook: makes the next receive post fail (`ENOMEM`, as a full receive queue would).
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn fail_next_post_recv(&self) {
         self.fail_next_post_recv
             .store(true, std::sync::atomic::Ordering::Release);
@@ -170,7 +171,7 @@ impl<M> RcQueuePair<M> {
 
     /// Whether this receive post is the one a test asked to fail.
     fn injected_recv_failure(&self) -> io::Result<()> {
-        #[cfg(feature = "test-hooks")]
+        #[cfg(rdma_async_hooks)]
         if self
             .fail_next_post_recv
             .swap(false, std::sync::atomic::Ordering::AcqRel)

@@ -36,7 +36,7 @@ pub struct CallerMemory {
     /// Send-queue requests built but not yet posted ([`CallerMemoryQueuePair::ring`]).
     deferred: DeferredSends,
     /// Test hook: the next post of deferred requests fails as if the provider refused it.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     fail_next_ring: std::sync::atomic::AtomicBool,
 }
 
@@ -64,7 +64,7 @@ impl CallerMemoryQueuePair {
             inline_posts: AtomicU64::new(0),
             send_posts: AtomicU64::new(0),
             deferred: DeferredSends::default(),
-            #[cfg(feature = "test-hooks")]
+            #[cfg(rdma_async_hooks)]
             fail_next_ring: std::sync::atomic::AtomicBool::new(false),
         };
         let asked = caps.max_inline_data;
@@ -169,7 +169,7 @@ impl CallerMemoryQueuePair {
 
     /// Test hook: the next [`Self::ring`] that has requests to post fails (`ENOMEM`) and posts
     /// none of them.
-    #[cfg(feature = "test-hooks")]
+    #[cfg(rdma_async_hooks)]
     pub(crate) fn fail_next_ring(&self) {
         self.memory.fail_next_ring.store(true, Ordering::Release);
     }
@@ -195,7 +195,7 @@ impl CallerMemoryQueuePair {
     /// requests may then not have been posted: they stay outstanding in the table, which only
     /// destroying the queue pair and flushing the table settles (what the connection does).
     pub(crate) fn ring(&self) -> io::Result<()> {
-        #[cfg(feature = "test-hooks")]
+        #[cfg(rdma_async_hooks)]
         if self.memory.deferred.is_waiting()
             && self.memory.fail_next_ring.swap(false, Ordering::AcqRel)
         {
