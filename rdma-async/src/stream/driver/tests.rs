@@ -297,3 +297,48 @@ async fn control_messages_flow_while_completions_are_held_back() {
         "no ring lends, so no window binds"
     );
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_disconnect_ends_the_stream_after_the_bytes_sent_before_it() {
+    let (a, b, wire) = connected(Config::new());
+    write_all(&a, b"last words").await.expect("writing");
+    let mut buf = [0u8; 64];
+    let mut reader = pin!(async {
+        let got = read_exact(&b, 10).await?;
+        let mut end = [0u8; 8];
+        let after = read_some(&b, &mut end).await;
+        io::Result::Ok((got, after))
+    });
+    // The bytes are read; the reader then waits for more.
+    assert!(poll_once(&mut reader).await.is_pending());
+    wire.disconnect();
+    let (got, after) = timeout(GUARD, reader)
+        .await
+        .expect("a disconnect woke no reader")
+        .expect("reading what came before the disconnect");
+    assert_eq!(got, b"last words");
+    // No orderly close came first: after the bytes, the disconnect reads as a reset that
+    // says so, never as more bytes or a clean end of stream.
+    let err = after.expect_err("a read after a disconnect without DISCONNECT");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        err.to_string().contains("without closing"),
+        "unclear error: {err}"
+    );
+    // The other end learns it too, at the latest when its flushed sends complete.
+    let err = timeout(GUARD, async {
+        loop {
+            if let Err(e) = write_all(&a, b"x").await {
+                return e;
+            }
+            if let Err(e) = read_some(&a, &mut buf).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("a writer on a disconnected stream hung");
+    // Its sends were flushed by the disconnect, and it says so.
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(err.to_string().contains("flushed"), "unclear error: {err}");
+}

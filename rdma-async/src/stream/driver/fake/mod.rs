@@ -8,7 +8,10 @@
 //! target address, with an immediate it also completes one of the peer's posted receives (or
 //! waits for one, as a receiver-not-ready retry would), and every signaled request gives a
 //! local send completion. A queued completion wakes its end's waiters. [`FakeWire`] injects
-//! failures (the next post, the next poll), holds completions back, and disconnects.
+//! failures (the next post, the next poll), holds completions back, and disconnects (after
+//! which posts are flushed).
+
+mod chain;
 
 use std::collections::VecDeque;
 use std::io;
@@ -16,16 +19,13 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
+use self::chain::FakeChain;
 use crate::cm::Woken;
 use crate::proto::{Config, ConnData, Connection, LocalLayout, TARGET_SGL_BYTES, WR_ID_RECV_FLAG};
 use crate::reactor::{BeforeSleep, WaitHints, WaitYields};
-use crate::verbs::{
-    CompletionBatch, Opcode, Payload, Segment, UserBuffer, WcStatus, WorkCompletion, WorkRequest,
-};
+use crate::verbs::{CompletionBatch, UserBuffer, WorkCompletion};
 
-use super::{
-    BATCH, CTRL_SLOT, CTRL_SLOTS, PostChain, RBUF, Side, StreamCore, StreamDevice, TARGET_SGL,
-};
+use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, Side, StreamCore, StreamDevice};
 
 /// Where each end's receive ring and target SGL seem to be, and their keys (plus the end's
 /// index): what the peer's RDMA writes name.
@@ -144,6 +144,18 @@ impl FakeWire {
         wake(wakers);
     }
 
+    /// Disconnects the connection as rdma_cm would: both ends' waits see it closed, and
+    /// whatever is posted from now on is flushed.
+    pub(super) fn disconnect(&self) {
+        let wakers: Vec<Waker> = {
+            let mut shared = lock(&self.shared);
+            shared.disconnected = true;
+            let [a, b] = &mut shared.ends;
+            a.take_wakers().chain(b.take_wakers()).collect()
+        };
+        wake(wakers);
+    }
+
     /// Completions queued for `end`, not yet polled.
     pub(super) fn queued(&self, end: usize) -> usize {
         lock(&self.shared).ends[end].completions.len()
@@ -206,82 +218,6 @@ pub(super) fn pair(
     Ok((a, b, FakeWire { shared }))
 }
 
-/// A request held by a [`FakeChain`]: its payload's bytes are read when it is posted, as a
-/// device reads them after the doorbell (inline bytes are copied into the request).
-#[derive(Debug)]
-enum HeldPayload {
-    Empty,
-    Segments(Vec<Segment>),
-    Inline(Vec<u8>),
-}
-
-#[derive(Debug)]
-struct HeldRequest {
-    wr_id: u64,
-    opcode: Opcode,
-    payload: HeldPayload,
-    signaled: bool,
-}
-
-/// A send chain of the fake: requests held until posted.
-#[derive(Debug)]
-pub(super) struct FakeChain<'a> {
-    device: &'a FakeDevice,
-    held: Vec<HeldRequest>,
-    posts: u64,
-}
-
-/// The most requests a chain holds before a push posts them (as `SendChain` does).
-const MAX_CHAIN: usize = 16;
-
-impl PostChain for FakeChain<'_> {
-    fn is_empty(&self) -> bool {
-        self.held.is_empty()
-    }
-
-    fn posts(&self) -> u64 {
-        self.posts
-    }
-
-    fn push(&mut self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let payload = match req.payload {
-            Payload::Empty => HeldPayload::Empty,
-            Payload::Segments(segments) => HeldPayload::Segments(segments.to_vec()),
-            Payload::Inline(bytes) if bytes.len() > self.device.max_inline => {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!(
-                        "{} bytes exceed the fake's inline limit of {}",
-                        bytes.len(),
-                        self.device.max_inline
-                    ),
-                ));
-            }
-            Payload::Inline(bytes) => HeldPayload::Inline(bytes.to_vec()),
-            Payload::Lent { .. } => return Err(unsupported("lent buffers")),
-        };
-        if self.held.len() == MAX_CHAIN {
-            self.post()?;
-        }
-        self.held.push(HeldRequest {
-            wr_id: req.wr_id,
-            opcode: req.opcode,
-            payload,
-            signaled: req.signaled,
-        });
-        Ok(())
-    }
-
-    fn post(&mut self) -> io::Result<()> {
-        if self.held.is_empty() {
-            return Ok(());
-        }
-        let held = std::mem::take(&mut self.held);
-        self.posts += 1;
-        self.device.execute(held)
-    }
-}
-
 fn unsupported(what: &str) -> io::Error {
     io::Error::new(
         io::ErrorKind::Unsupported,
@@ -293,121 +229,13 @@ impl FakeDevice {
     fn peer(&self) -> usize {
         1 - self.end
     }
-
-    /// Executes posted requests in order, as the device would; wakes whoever has new
-    /// completions.
-    fn execute(&self, requests: Vec<HeldRequest>) -> io::Result<()> {
-        let (me, peer) = (self.end, self.peer());
-        let mut wakers = Vec::new();
-        let result = {
-            let mut shared = lock(&self.shared);
-            if std::mem::take(&mut shared.ends[me].fail_next_post) {
-                Err(io::Error::other("fake device: injected post failure"))
-            } else {
-                let mut result = Ok(());
-                for req in &requests {
-                    if let Err(e) = execute_one(&mut shared, me, req) {
-                        result = Err(e);
-                        break;
-                    }
-                }
-                wakers.extend(shared.ends[me].take_wakers());
-                wakers.extend(shared.ends[peer].take_wakers());
-                result
-            }
-        };
-        wake(wakers);
-        result
-    }
-}
-
-/// Executes one request of end `me`: the RDMA write's bytes land in the peer's buffer, its
-/// immediate in one of the peer's receives; a signaled request completes locally. A write
-/// outside the peer's buffers completes with a remote access error, as on a device.
-fn execute_one(shared: &mut Shared, me: usize, req: &HeldRequest) -> io::Result<()> {
-    let peer = 1 - me;
-    let Opcode::Write {
-        remote_addr,
-        rkey,
-        imm,
-    } = req.opcode
-    else {
-        return Err(unsupported("sends, reads or atomics (streams only write)"));
-    };
-    let bytes = match &req.payload {
-        HeldPayload::Empty => Vec::new(),
-        HeldPayload::Inline(bytes) => bytes.clone(),
-        HeldPayload::Segments(segments) => {
-            let mut bytes = Vec::new();
-            for seg in segments {
-                let buffer = &shared.ends[me].buffers[seg.buffer];
-                let range = seg.offset..seg.offset + seg.len;
-                let src = buffer.get(range).ok_or_else(|| {
-                    io::Error::new(io::ErrorKind::InvalidInput, "segment outside its buffer")
-                })?;
-                bytes.extend_from_slice(src);
-            }
-            bytes
-        }
-    };
-    let len = bytes.len();
-    let fits = |&(buffer, offset): &(usize, usize)| {
-        offset
-            .checked_add(len)
-            .is_some_and(|end| end <= shared.ends[peer].buffers[buffer].len())
-    };
-    // A write of no bytes touches no memory: a device checks neither address nor key.
-    let landed = if len == 0 {
-        true
-    } else if let Some((buffer, offset)) = target(peer, remote_addr, rkey).filter(fits) {
-        shared.ends[peer].buffers[buffer][offset..offset + len].copy_from_slice(&bytes);
-        true
-    } else {
-        false
-    };
-    let status = if landed {
-        if let Some(imm) = imm {
-            let receiver = &mut shared.ends[peer];
-            receiver.unreceived.push_back((imm, len as u32));
-            receiver.deliver_unreceived();
-        }
-        WcStatus::SUCCESS
-    } else {
-        WcStatus::REMOTE_ACCESS
-    };
-    if req.signaled || !status.is_success() {
-        shared.ends[me].completions.push_back(WorkCompletion {
-            wr_id: req.wr_id,
-            status,
-            ..WorkCompletion::EMPTY
-        });
-    }
-    Ok(())
-}
-
-/// Which of `end`'s buffers (and where in it) the bytes at `addr` under `rkey` are.
-fn target(end: usize, addr: u64, rkey: u32) -> Option<(usize, usize)> {
-    let end = end as u32;
-    let (buffer, base) = if rkey == RBUF_RKEY + end {
-        (RBUF, RBUF_ADDR)
-    } else if rkey == TARGET_SGL_RKEY + end {
-        (TARGET_SGL, TARGET_SGL_ADDR)
-    } else {
-        return None;
-    };
-    let offset = usize::try_from(addr.checked_sub(base)?).ok()?;
-    Some((buffer, offset))
 }
 
 impl StreamDevice for FakeDevice {
     type Chain<'a> = FakeChain<'a>;
 
     fn chain(&self) -> FakeChain<'_> {
-        FakeChain {
-            device: self,
-            held: Vec::new(),
-            posts: 0,
-        }
+        FakeChain::new(self)
     }
 
     fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()> {
