@@ -6,9 +6,9 @@ use std::task::Poll;
 
 use crate::stream::side_wakers::{Reading, Waiter};
 
-use super::{CoreState, Side, StreamCore};
+use super::{CoreState, Side, StreamCore, StreamDevice};
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Queues rsockets' SHUTDOWN without waiting for it (dropping a write half).
     pub(in crate::stream) fn begin_shutdown(&self) {
         let mut state = self.lock();

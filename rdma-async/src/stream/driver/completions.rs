@@ -11,9 +11,9 @@ use crate::stream::side_wakers::{Polling, Reading};
 use crate::verbs::wc_error;
 use crate::verbs::{CompletionBatch, WcStatus, WorkCompletion};
 
-use super::{BATCH, CoreState, PUMP_BATCHES, Side, StreamCore, TARGET_SGL};
+use super::{BATCH, CoreState, PUMP_BATCHES, Side, StreamCore, StreamDevice, TARGET_SGL};
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Handles the completions already queued, up to [`PUMP_BATCHES`] batches. With `cx`, each
     /// batch spends a unit of the task's budget; once it is spent, this wakes the task and
     /// returns `Pending`, leaving the rest queued for the next poll. `reading`: whether (and how)
@@ -30,7 +30,7 @@ impl StreamCore {
                 Some(cx) => Some(ready!(coop::poll_proceed(cx))),
                 None => None,
             };
-            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            let wcs = self.device.try_poll_batch(&mut batch)?;
             state.queue_empty = wcs.len() < BATCH;
             if wcs.is_empty() {
                 // Dropping `coop` unused gives the unit back.
@@ -39,7 +39,7 @@ impl StreamCore {
             if let Some(coop) = &coop {
                 coop.made_progress();
             }
-            self.cq.end_wait(&state.yields);
+            self.device.end_wait(&state.yields);
             let reader = cx
                 .as_deref()
                 .filter(|_| reading != Reading::No)
@@ -74,9 +74,9 @@ impl StreamCore {
     /// peer could keep the queue full for ever, so the bound keeps this from looping for ever.
     pub(super) fn drain(&self, state: &mut CoreState) -> io::Result<()> {
         let mut batch = CompletionBatch::<BATCH>::new();
-        let mut left = self.cq.queue().capacity();
+        let mut left = self.device.queue_capacity();
         loop {
-            let wcs = self.cq.try_poll_batch(&mut batch)?;
+            let wcs = self.device.try_poll_batch(&mut batch)?;
             if wcs.is_empty() {
                 state.queue_empty = true;
                 return Ok(());
@@ -115,22 +115,22 @@ impl StreamCore {
                 state.stats.send_completions += 1;
                 let ok = wc.status.is_success();
                 if !ok && wc.status != WcStatus::FLUSH && !state.transport_error.is_set() {
-                    let err = wc_error(wc, self.link.peer_addr(), true);
-                    tracing::warn!(parent: self.link.span(), error = %err, "send failed");
+                    let err = wc_error(wc, self.device.peer_addr(), true);
+                    tracing::warn!(parent: self.device.span(), error = %err, "send failed");
                     state.transport_error.set(err);
                 }
                 // A lending ring's invalidations unbind their windows in the queue pair's
                 // books too (it decides what may be viewed).
-                self.qp.window_completed(wc);
+                self.device.window_completed(wc);
                 if let Err(e) = state.conn.handle_send_completion(wc.wr_id, ok) {
-                    tracing::debug!(parent: self.link.span(), error = %e, "send completion ended the connection");
+                    tracing::debug!(parent: self.device.span(), error = %e, "send completion ended the connection");
                 }
             }
         }
         // The batch's receives go back with one post, before any control message that
         // returns their credits. If they cannot be posted the connection ends there: what the
         // batch delivered is still read first, then the failure, by every reader and writer.
-        if let Err(e) = self.qp.post_empty_recvs(WR_ID_RECV_FLAG, reposts) {
+        if let Err(e) = self.device.post_empty_recvs(WR_ID_RECV_FLAG, reposts) {
             self.fatal(state, e);
         }
         self.reclaim_lent(state);
@@ -147,7 +147,7 @@ impl StreamCore {
                 return;
             }
             state.lent.pop_front();
-            if let Some(buffer) = self.qp.reclaim(lent.lend_id)
+            if let Some(buffer) = self.device.reclaim(lent.lend_id)
                 && !state.abandoned.remove(&lent.lend_id)
             {
                 state.returned.insert(lent.lend_id, buffer);
@@ -162,11 +162,10 @@ impl StreamCore {
             // Flushed or failed receives carry nothing; rsockets skips them too.
             return false;
         }
-        let target_sgl = self.qp.buffer(TARGET_SGL);
         let read_slot = |slot: usize| {
             let mut entry = [0u8; 16];
             // An out-of-range slot reads as an empty entry, which the protocol rejects.
-            let _ = target_sgl.read_at(slot * 16, &mut entry);
+            let _ = self.device.read_at(TARGET_SGL, slot * 16, &mut entry);
             entry
         };
         match state
@@ -175,7 +174,7 @@ impl StreamCore {
         {
             Ok(action) => action.repost,
             Err(e) => {
-                tracing::warn!(parent: self.link.span(), error = %e, "rsockets protocol violation");
+                tracing::warn!(parent: self.device.span(), error = %e, "rsockets protocol violation");
                 false
             }
         }

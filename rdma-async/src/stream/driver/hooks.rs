@@ -8,16 +8,16 @@ use tokio::io::ReadBuf;
 
 use crate::proto::WriteError;
 use crate::stream::gather::Gather;
-use crate::verbs::{Opcode, Payload, SendChain, WorkRequest};
+use crate::verbs::{Opcode, Payload, WorkRequest};
 
-use super::StreamCore;
+use super::{StreamCore, StreamDevice};
 
 impl StreamCore {
     /// Posts a 0-byte RDMA write with immediate `imm`, outside the protocol (unsignaled, so the
     /// protocol never sees a completion for it): how tests play a peer that breaks the protocol.
     pub(in crate::stream) fn send_raw_immediate(&self, imm: u32) -> io::Result<()> {
         let _state = self.lock();
-        self.qp.post(&WorkRequest {
+        self.device.qp.post(&WorkRequest {
             wr_id: 0,
             opcode: Opcode::Write {
                 remote_addr: 0,
@@ -54,7 +54,7 @@ impl StreamCore {
     ) -> io::Result<()> {
         {
             let _state = self.lock();
-            self.qp.post(&WorkRequest {
+            self.device.qp.post(&WorkRequest {
                 wr_id: 0,
                 opcode: Opcode::Write {
                     remote_addr,
@@ -77,7 +77,7 @@ impl StreamCore {
 
     /// Makes the next receive post fail (see `stream::hooks::fail_next_post_recv`).
     pub(in crate::stream) fn fail_next_post_recv(&self) {
-        self.qp.fail_next_post_recv();
+        self.device.qp.fail_next_post_recv();
     }
 
     /// Posts up to `max` 0-byte DATA messages, as many as the peer's credits and the send
@@ -87,7 +87,7 @@ impl StreamCore {
         let mut state = self.lock();
         self.pump_some(&mut state)?;
         let mut sent = 0;
-        let mut chain = SendChain::new(&self.qp);
+        let mut chain = self.device.chain();
         let mut refused = None;
         while sent < max {
             match state.conn.prepare_empty_write() {
@@ -118,6 +118,6 @@ impl StreamCore {
     /// Moves the queue pair to the error state without a word to the peer: from then on this
     /// end drops the peer's packets, as a host that vanished would.
     pub(in crate::stream) fn vanish(&self) -> io::Result<()> {
-        self.qp.set_error()
+        self.device.qp.set_error()
     }
 }

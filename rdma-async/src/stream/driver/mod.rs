@@ -5,9 +5,13 @@
 //! registered rings, posts the work requests, and feeds completions and CM events back. All
 //! protocol state sits behind one lock, and the completion queue is polled only under it, so
 //! completions are handled in the order the device produced them. The reading and the writing
-//! side each wait through their own registrations of the channel descriptors ([`ConnWaiter`]),
-//! and whichever side handles completions wakes the other; every task waiting on a side is
-//! woken ([`SideWakers`]).
+//! side each wait through their own registrations of the channel descriptors
+//! ([`ConnWaiter`](crate::cm::ConnWaiter)), and whichever side handles completions wakes the
+//! other; every task waiting on a side is woken ([`SideWakers`]).
+//!
+//! The driver reaches its device only through [`StreamDevice`] (posting, polling, waiting, the
+//! local rings, the connection's end): [`VerbsDevice`] on a real one, an in-process fake in the
+//! host tests (`fake`, `tests`).
 //!
 //! A peer can keep the completion queue busy for ever (a flood of valid 0-byte messages or
 //! credit updates), so the work per poll is bounded: every batch of up to [`BATCH`]
@@ -18,16 +22,22 @@
 
 mod close;
 mod completions;
+mod device;
+#[cfg(test)]
+mod fake;
 #[cfg(rdma_async_hooks)]
 mod hooks;
 mod post;
 mod read;
 mod region;
 mod setup;
+#[cfg(test)]
+mod tests;
 mod timeouts;
 mod wait;
 mod write;
 
+pub(in crate::stream) use device::{PostChain, StreamDevice, VerbsDevice};
 pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build};
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -36,17 +46,16 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::task::Waker;
 
-use crate::cm::ConnWaiter;
 use crate::cm::link::CmLink;
 use crate::device::DeviceContext;
 use crate::error::StickyError;
 use crate::proto::{Connection, ProtoError, ProtoErrorKind};
-use crate::reactor::{AsyncCq, WaitYields};
+use crate::reactor::WaitYields;
 use crate::stream::deadline_timer::DeadlineTimer;
 use crate::stream::region_write::LentBuffer;
 use crate::stream::side_wakers::SideWakers;
 use crate::stream::stats::StreamStats;
-use crate::verbs::{OwnedBufferQueuePair, UserBuffer};
+use crate::verbs::UserBuffer;
 
 /// The queue pair's buffers, by index.
 const SBUF: usize = 0;
@@ -96,15 +105,13 @@ struct CoreState {
     yields: WaitYields,
 }
 
-/// One stream connection's queue pair, protocol state and wake-ups.
+/// One stream connection's queue pair, protocol state and wake-ups, over the device `D`
+/// (the real one, [`VerbsDevice`], unless a test drives it over a fake).
 #[derive(Debug)]
-pub(in crate::stream) struct StreamCore {
-    // Drop order: disconnect, then destroy the queue pair, then free rings and queues.
-    link: CmLink,
-    qp: OwnedBufferQueuePair,
-    cq: AsyncCq,
-    /// The reading and the writing side's registrations (indexed by [`Side`]).
-    waiters: [ConnWaiter; 2],
+pub(in crate::stream) struct StreamCore<D: StreamDevice = VerbsDevice> {
+    // Drop order: the device (disconnect, then destroy the queue pair, then free rings and
+    // queues), then the rest.
+    device: D,
     /// The tasks waiting on each side (indexed by [`Side`]).
     wakers: [Arc<SideWakers>; 2],
     /// What each side's registration and timers wake: every task waiting on that side.
@@ -117,19 +124,38 @@ pub(in crate::stream) struct StreamCore {
 
 impl StreamCore {
     pub(in crate::stream) fn new(parts: StreamParts, link: CmLink) -> io::Result<Self> {
+        let (device, conn) = VerbsDevice::new(parts, link)?;
+        StreamCore::over(device, conn)
+    }
+
+    pub(in crate::stream) fn link(&self) -> &CmLink {
+        &self.device.link
+    }
+
+    /// The device context of the stream's queue pair and rings.
+    pub(in crate::stream) fn context(&self) -> DeviceContext {
+        DeviceContext::from_pd(self.device.qp.pd().clone())
+    }
+
+    pub(in crate::stream) fn stats(&self) -> StreamStats {
+        let mut stats = self.lock().stats;
+        stats.busy_polls_yielded = self.device.cq.spins_yielded();
+        stats.waits_yielded = self.device.cq.waits_yielded();
+        stats
+    }
+}
+
+impl<D: StreamDevice> StreamCore<D> {
+    /// The stream over `device`, whose protocol state is `conn` (connected: the peer's
+    /// connection data applied, the first receives posted).
+    pub(in crate::stream) fn over(device: D, conn: Connection) -> io::Result<Self> {
         let wakers: [Arc<SideWakers>; 2] = Default::default();
         let core = StreamCore {
-            waiters: [
-                ConnWaiter::new(&parts.cq, Some(&link))?,
-                ConnWaiter::new(&parts.cq, Some(&link))?,
-            ],
             side_wakers: [wakers[0].waker(), wakers[1].waker()],
             wakers,
-            link,
-            qp: parts.qp,
-            cq: parts.cq,
+            device,
             state: Mutex::new(CoreState {
-                conn: parts.conn,
+                conn,
                 transport_error: StickyError::default(),
                 shutdown_started: false,
                 timer: DeadlineTimer::default(),
@@ -148,15 +174,6 @@ impl StreamCore {
         core.post_controls(&mut state)?;
         drop(state);
         Ok(core)
-    }
-
-    pub(in crate::stream) fn link(&self) -> &CmLink {
-        &self.link
-    }
-
-    /// The device context of the stream's queue pair and rings.
-    pub(in crate::stream) fn context(&self) -> DeviceContext {
-        DeviceContext::from_pd(self.qp.pd().clone())
     }
 
     fn lock(&self) -> MutexGuard<'_, CoreState> {
@@ -186,7 +203,7 @@ impl StreamCore {
     /// Records a local failure that broke the connection and returns it.
     fn fatal(&self, state: &mut CoreState, err: io::Error) -> io::Error {
         if !state.transport_error.is_set() {
-            tracing::warn!(parent: self.link.span(), error = %err, "connection failed");
+            tracing::warn!(parent: self.device.span(), error = %err, "connection failed");
         }
         state
             .conn
@@ -204,20 +221,20 @@ impl StreamCore {
                 e.io_kind(),
                 format!(
                     "connection with {} reset: {}",
-                    self.link.peer_addr(),
+                    self.device.peer_addr(),
                     e.message()
                 ),
             ),
             // No send failed with a status of its own (that would be the transport error
             // above): ours were flushed because the peer disconnected. Say that, not which
             // internal message was in flight.
-            Some(e) if e.kind() == ProtoErrorKind::SendFailed && self.link.is_disconnected() => {
+            Some(e) if e.kind() == ProtoErrorKind::SendFailed && self.device.is_disconnected() => {
                 io::Error::new(
                     e.io_kind(),
                     format!(
                         "connection with {} reset: the peer disconnected while our sends were \
                          in flight (they were flushed)",
-                        self.link.peer_addr()
+                        self.device.peer_addr()
                     ),
                 )
             }
@@ -226,16 +243,9 @@ impl StreamCore {
                 io::ErrorKind::BrokenPipe,
                 format!(
                     "connection to {} is closed for writing",
-                    self.link.peer_addr()
+                    self.device.peer_addr()
                 ),
             ),
         }
-    }
-
-    pub(in crate::stream) fn stats(&self) -> StreamStats {
-        let mut stats = self.lock().stats;
-        stats.busy_polls_yielded = self.cq.spins_yielded();
-        stats.waits_yielded = self.cq.waits_yielded();
-        stats
     }
 }

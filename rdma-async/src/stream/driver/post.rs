@@ -6,18 +6,18 @@ use std::io;
 use crate::proto::DataWrite;
 use crate::stream::gather::Gather;
 use crate::stream::lending_ring::WINDOW_RANGE;
-use crate::verbs::{Opcode, Payload, Segment, SendChain, WorkRequest};
+use crate::verbs::{Opcode, Payload, Segment, WorkRequest};
 
-use super::{CTRL, CTRL_SLOT, CoreState, RBUF, SBUF, StreamCore};
+use super::{CTRL, CTRL_SLOT, CoreState, PostChain, RBUF, SBUF, StreamCore, StreamDevice};
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Posts every control message the protocol has due (credits, buffer grants, CTRL), with
     /// one `ibv_post_send`.
     pub(super) fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
         if !state.conn.control_wanted() {
             return Ok(()); // most calls: nothing is due
         }
-        let mut chain = SendChain::new(&self.qp);
+        let mut chain = self.device.chain();
         self.push_due_controls(state, &mut chain)?;
         self.post_chain(state, &mut chain)
     }
@@ -27,7 +27,7 @@ impl StreamCore {
     pub(super) fn push_controls(
         &self,
         state: &mut CoreState,
-        chain: &mut SendChain<'_>,
+        chain: &mut D::Chain<'_>,
     ) -> io::Result<()> {
         if !state.conn.control_wanted() {
             return Ok(()); // most calls: nothing is due
@@ -40,7 +40,7 @@ impl StreamCore {
     pub(super) fn push_due_controls(
         &self,
         state: &mut CoreState,
-        chain: &mut SendChain<'_>,
+        chain: &mut D::Chain<'_>,
     ) -> io::Result<()> {
         while let Some(cw) = state.conn.poll_control() {
             if let Some(bind) = cw.bind {
@@ -48,7 +48,10 @@ impl StreamCore {
                 // be recorded once the provider has read the old one.
                 self.post_chain(state, chain)?;
                 let target = (RBUF, WINDOW_RANGE[bind.half]);
-                if let Err(e) = self.qp.post_bind(bind.wr_id, bind.half, target, bind.rkey) {
+                if let Err(e) = self
+                    .device
+                    .post_bind(bind.wr_id, bind.half, target, bind.rkey)
+                {
                     state.post_failed = true;
                     return Err(self.fatal(state, e));
                 }
@@ -60,7 +63,7 @@ impl StreamCore {
                 Some(_) if cw.inline => Payload::Inline(&bytes),
                 Some(_) => {
                     let offset = cw.ctrl_slot * CTRL_SLOT;
-                    self.qp.buffer(CTRL).write_at(offset, &bytes)?;
+                    self.device.write_at(CTRL, offset, &bytes)?;
                     segment = [Segment {
                         buffer: CTRL,
                         offset,
@@ -93,7 +96,7 @@ impl StreamCore {
     pub(super) fn push(
         &self,
         state: &mut CoreState,
-        chain: &mut SendChain<'_>,
+        chain: &mut D::Chain<'_>,
         req: &WorkRequest<'_>,
     ) -> io::Result<()> {
         let posts = chain.posts();
@@ -109,7 +112,7 @@ impl StreamCore {
     pub(super) fn post_chain(
         &self,
         state: &mut CoreState,
-        chain: &mut SendChain<'_>,
+        chain: &mut D::Chain<'_>,
     ) -> io::Result<()> {
         if chain.is_empty() {
             return Ok(()); // most calls: nothing was due
@@ -128,7 +131,7 @@ impl StreamCore {
     pub(super) fn push_data(
         &self,
         state: &mut CoreState,
-        chain: &mut SendChain<'_>,
+        chain: &mut D::Chain<'_>,
         write: &DataWrite,
         source: &mut Gather<'_>,
     ) -> io::Result<()> {
@@ -160,7 +163,7 @@ impl StreamCore {
             while at < seg.offset + seg.len {
                 // Not empty: the source holds at least the chunk's bytes (checked above).
                 let piece = source.next_piece(seg.offset + seg.len - at);
-                self.qp.buffer(SBUF).write_at(at, piece)?;
+                self.device.write_at(SBUF, at, piece)?;
                 at += piece.len();
             }
             *dst = Segment {
@@ -182,7 +185,7 @@ impl StreamCore {
     pub(super) fn push_data_write(
         &self,
         state: &mut CoreState,
-        chain: &mut SendChain<'_>,
+        chain: &mut D::Chain<'_>,
         write: &DataWrite,
         payload: Payload<'_>,
     ) -> io::Result<()> {

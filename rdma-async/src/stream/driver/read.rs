@@ -12,7 +12,7 @@ use crate::stream::lending_ring::INITIAL_RANGE;
 use crate::stream::lent_bytes::LentBytes;
 use crate::stream::side_wakers::{Reading, Waiter};
 
-use super::{CoreState, RBUF, Side, StreamCore};
+use super::{CoreState, RBUF, Side, StreamCore, StreamDevice};
 
 /// What [`StreamCore::poll_lend`] found.
 enum LendOutcome {
@@ -22,7 +22,7 @@ enum LendOutcome {
     Copied(Vec<u8>),
 }
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Copies readable bytes into `buf`, consuming them unless `peek`.
     pub(super) fn copy_out(
         &self,
@@ -30,9 +30,9 @@ impl StreamCore {
         buf: &mut ReadBuf<'_>,
         peek: bool,
     ) -> io::Result<()> {
-        let ring = self.qp.buffer(RBUF);
         self.take_readable(state, buf.remaining(), peek, |offset, n| {
-            ring.read_at(offset, &mut buf.initialize_unfilled_to(n)[..n])?;
+            self.device
+                .read_at(RBUF, offset, &mut buf.initialize_unfilled_to(n)[..n])?;
             buf.advance(n);
             Ok(())
         })
@@ -45,9 +45,8 @@ impl StreamCore {
         max: usize,
         out: &mut Vec<u8>,
     ) -> io::Result<()> {
-        let ring = self.qp.buffer(RBUF);
         self.take_readable(state, max, false, |offset, n| {
-            ring.append_to(offset, n, out)
+            self.device.append_to(RBUF, offset, n, out)
         })
     }
 
@@ -104,7 +103,7 @@ impl StreamCore {
                             io::ErrorKind::UnexpectedEof,
                             format!(
                                 "{} closed the stream before the {max} bytes asked for came",
-                                self.link.peer_addr()
+                                self.device.peer_addr()
                             ),
                         )));
                     }
@@ -128,13 +127,13 @@ impl StreamCore {
                     break LendOutcome::Copied(bytes);
                 }
                 LendStep::Deregister { half, key } => {
-                    if let Err(e) = self.qp.deregister_range(RBUF, INITIAL_RANGE[half]) {
+                    if let Err(e) = self.device.deregister_range(RBUF, INITIAL_RANGE[half]) {
                         return Poll::Ready(Err(self.fatal(&mut state, e)));
                     }
                     state.conn.deregistered(half, key);
                 }
                 LendStep::Invalidate { wr_id, half, key } => {
-                    if let Err(e) = self.qp.post_invalidate(wr_id, half, key) {
+                    if let Err(e) = self.device.post_invalidate(wr_id, half, key) {
                         state.post_failed = true;
                         return Poll::Ready(Err(self.fatal(&mut state, e)));
                     }
@@ -166,29 +165,11 @@ impl StreamCore {
         Poll::Ready(Ok(outcome))
     }
 
-    /// See [`crate::stream::RStream::read_lent`].
-    pub(in crate::stream) async fn read_lent(
-        &self,
-        max: usize,
-        whole: bool,
-    ) -> io::Result<LentBytes<'_>> {
-        match poll_fn(|cx| self.poll_lend(cx, max, whole)).await? {
-            LendOutcome::Copied(bytes) => Ok(LentBytes::copied(bytes)),
-            LendOutcome::View { offset, len } => {
-                let view = self.qp.view(RBUF, offset, len).map_err(|e| {
-                    let mut state = self.lock();
-                    self.fatal(&mut state, e)
-                })?;
-                Ok(LentBytes::lent(view, self))
-            }
-        }
-    }
-
     /// Lent bytes came back: consumed, which may return ring space and credits to the peer.
     pub(in crate::stream) fn consume_lent(&self, len: usize) {
         let mut state = self.lock();
         if let Err(e) = state.conn.consume(len) {
-            tracing::warn!(parent: self.link.span(), error = %e, "giving lent bytes back");
+            tracing::warn!(parent: self.device.span(), error = %e, "giving lent bytes back");
             return;
         }
         state.stats.bytes_received += len as u64;
@@ -246,6 +227,26 @@ impl StreamCore {
         match self.read(None, buf, false) {
             Poll::Ready(result) => result,
             Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl StreamCore {
+    /// See [`crate::stream::RStream::read_lent`].
+    pub(in crate::stream) async fn read_lent(
+        &self,
+        max: usize,
+        whole: bool,
+    ) -> io::Result<LentBytes<'_>> {
+        match poll_fn(|cx| self.poll_lend(cx, max, whole)).await? {
+            LendOutcome::Copied(bytes) => Ok(LentBytes::copied(bytes)),
+            LendOutcome::View { offset, len } => {
+                let view = self.device.qp.view(RBUF, offset, len).map_err(|e| {
+                    let mut state = self.lock();
+                    self.fatal(&mut state, e)
+                })?;
+                Ok(LentBytes::lent(view, self))
+            }
         }
     }
 }

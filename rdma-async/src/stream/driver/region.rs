@@ -6,9 +6,9 @@ use std::task::{Context, Poll, ready};
 use crate::proto::{WriteCall, WriteError};
 use crate::stream::region_write::{LentBuffer, RegionWrite};
 use crate::stream::side_wakers::{Reading, Waiter};
-use crate::verbs::{Payload, SendChain};
+use crate::verbs::Payload;
 
-use super::{CoreState, StreamCore};
+use super::{CoreState, StreamCore, StreamDevice};
 
 impl StreamCore {
     /// Moves the write's buffer into the queue pair, sends as much of it as the peer's grants
@@ -89,7 +89,7 @@ impl StreamCore {
         }
         let lend_id = match (op.lent, op.buffer.take()) {
             (Some(id), _) => id,
-            (None, Some(buffer)) => match self.qp.lend(buffer) {
+            (None, Some(buffer)) => match self.device.qp.lend(buffer) {
                 Ok(id) => {
                     op.lent = Some(id);
                     id
@@ -104,7 +104,7 @@ impl StreamCore {
         };
         let mut last_send = None;
         let mut call = WriteCall::largest();
-        let mut chain = SendChain::new(&self.qp);
+        let mut chain = self.device.chain();
         while op.remaining() > 0 {
             let write = match state.conn.prepare_external_write(&mut call, op.remaining()) {
                 Ok(write) => write,
@@ -142,7 +142,7 @@ impl StreamCore {
             }
             None if !state.lent.iter().any(|l| l.lend_id == lend_id) => {
                 // No send of it was ever posted: the device never saw it.
-                op.buffer = self.qp.reclaim(lend_id);
+                op.buffer = self.device.qp.reclaim(lend_id);
                 op.lent = None;
             }
             None => {}
@@ -163,7 +163,7 @@ impl StreamCore {
             if state.lent.iter().any(|l| l.lend_id == lend_id) {
                 state.abandoned.insert(lend_id);
             } else {
-                drop(self.qp.reclaim(lend_id));
+                drop(self.device.qp.reclaim(lend_id));
             }
         }
     }

@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 use crate::stream::deadline_timer;
 
-use super::{CoreState, StreamCore};
+use super::{CoreState, StreamCore, StreamDevice};
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Sends rsockets' keepalive every `interval` from now on; the keepalive task (see
     /// [`Self::next_timeout`]) sends it when no writer waits.
     pub(in crate::stream) fn set_keepalive(&self, interval: Duration) {
@@ -42,7 +42,7 @@ impl StreamCore {
         loop {
             let expired = state.conn.handle_timeout(deadline_timer::now());
             if expired.probe {
-                tracing::trace!(parent: self.link.span(), "writer blocked on credits: probing the peer");
+                tracing::trace!(parent: self.device.span(), "writer blocked on credits: probing the peer");
                 state.stats.write_probes += 1;
             }
             if expired.any() {

@@ -15,9 +15,9 @@ use crate::stream::deadline_timer;
 use crate::stream::side_wakers::{Polling, Reading, Waiter};
 use crate::verbs::CompletionBatch;
 
-use super::{BATCH, CoreState, Side, StreamCore};
+use super::{BATCH, CoreState, Side, StreamCore, StreamDevice};
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Sleeps until a completion or a CM event may have changed the state (`Ready(Ok)`: look
     /// again), or registers `cx` as `waiter` on `side` to be woken (`Pending`).
     pub(super) fn wait(
@@ -40,7 +40,6 @@ impl StreamCore {
         // The registration wakes every waiter of the side, not only this task.
         let mut side_cx = Context::from_waker(&self.side_wakers[side as usize]);
         let mut batch = CompletionBatch::<BATCH>::new();
-        let registration = &self.waiters[side as usize];
         // Every caller looks at the queue (`pump`, or the batch of an earlier wait) before it
         // waits, so the wait need not look again before spinning or arming; both sides wait
         // under this lock, so neither needs to look again under an arm made earlier after a
@@ -53,8 +52,7 @@ impl StreamCore {
             task: Some(task),
             before_sleep: Some(BeforeSleep(&register)),
         };
-        let polled =
-            registration.poll_wait(&self.cq, Some(&self.link), &mut side_cx, &mut batch, hints);
+        let polled = self.device.poll_wait(side, &mut side_cx, &mut batch, hints);
         // A wait that returns nothing ended with a look that found nothing, or needed none
         // (or ran out of budget before looking: this hold of the lock ends here).
         state.queue_empty = match &polled {
@@ -72,13 +70,13 @@ impl StreamCore {
             }
             Woken::Completions(Err(e)) | Woken::Closed(Err(e)) => Poll::Ready(Err(e)),
             // Not an orderly close: readers get the removal, never EOF.
-            Woken::Closed(Ok(())) if self.link.is_device_removed() => {
-                let err = self.fatal(state, self.link.closed_error(false));
+            Woken::Closed(Ok(())) if self.device.is_device_removed() => {
+                let err = self.fatal(state, self.device.closed_error(false));
                 self.wake_all();
                 Poll::Ready(Err(err))
             }
             Woken::Closed(Ok(())) if !state.conn.is_disconnected() => {
-                tracing::debug!(parent: self.link.span(), "stream disconnected by rdma_cm");
+                tracing::debug!(parent: self.device.span(), "stream disconnected by rdma_cm");
                 // Whatever the peer sent before it disconnected is in the queue by now: handle
                 // all of it first, or a read could see end-of-stream ahead of the last bytes.
                 self.drain(state)?;
@@ -89,7 +87,7 @@ impl StreamCore {
             // Already disconnected and still blocked: nothing more will arrive.
             Woken::Closed(Ok(())) => Poll::Ready(Err(io::Error::new(
                 io::ErrorKind::ConnectionReset,
-                format!("connection closed by {}", self.link.peer_addr()),
+                format!("connection closed by {}", self.device.peer_addr()),
             ))),
         }
     }

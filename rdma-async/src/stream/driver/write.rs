@@ -9,11 +9,10 @@ use tokio::task::coop;
 use crate::proto::{WriteCall, WriteError};
 use crate::stream::gather::Gather;
 use crate::stream::side_wakers::{Reading, Waiter};
-use crate::verbs::SendChain;
 
-use super::{Side, StreamCore};
+use super::{PostChain, Side, StreamCore, StreamDevice};
 
-impl StreamCore {
+impl<D: StreamDevice> StreamCore<D> {
     /// Writes from `bufs` in order, as much as fits now; with no `cx`, returns `WouldBlock`
     /// instead of waiting when nothing fits.
     pub(super) fn write(
@@ -30,7 +29,7 @@ impl StreamCore {
         // Every chunk of the call, and the control messages due after them, go to the device
         // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
         // below, so the chain is empty whenever it does.
-        let mut chain = SendChain::new(&self.qp);
+        let mut chain = self.device.chain();
         // The call's buffers are one run of bytes (see `Gather`): rsockets ramps chunk sizes up
         // from 2 KiB in every write call; we send the largest chunks at once (fewer work
         // requests; the peer cannot tell the difference).

@@ -1,0 +1,343 @@
+//! [`StreamDevice`]: the narrow interface through which [`StreamCore`](super::StreamCore) reaches
+//! its device (posting, polling and waiting for completions, the local rings, the connection's
+//! end), and [`VerbsDevice`], the real one: a thin forwarding layer over the queue pair, the
+//! completion queue, the waiters on its channels and the rdma_cm link.
+//!
+//! The driver is generic over it (static dispatch: every call is resolved at compile time and
+//! inlined as before), so the same driver code also runs over an in-process fake in host
+//! tests (`super::fake`).
+
+use std::io;
+use std::net::SocketAddr;
+use std::task::{Context, Poll};
+
+use crate::cm::link::CmLink;
+use crate::cm::{ConnWaiter, Woken};
+use crate::proto::Connection;
+use crate::reactor::{AsyncCq, WaitHints, WaitYields};
+use crate::verbs::{
+    CompletionBatch, OwnedBufferQueuePair, SendChain, UserBuffer, WorkCompletion, WorkRequest,
+};
+
+use super::{BATCH, Side, StreamParts};
+
+/// Send work requests gathered and posted together, in the order pushed.
+pub(in crate::stream) trait PostChain {
+    /// Whether no request waits to be posted.
+    fn is_empty(&self) -> bool;
+
+    /// The posts (doorbells) this chain made so far.
+    fn posts(&self) -> u64;
+
+    /// Appends `req`, posting what the chain holds first when it is full.
+    ///
+    /// # Errors
+    ///
+    /// `req` is invalid for the device, or the post made to make room failed (some of the
+    /// held requests may then not have been posted).
+    fn push(&mut self, req: &WorkRequest<'_>) -> io::Result<()>;
+
+    /// Posts what the chain holds, if anything, and empties it.
+    ///
+    /// # Errors
+    ///
+    /// The device refused the post: some of the requests may not have been posted.
+    fn post(&mut self) -> io::Result<()>;
+}
+
+/// What a stream's driver needs of its device: one connected queue pair with its four
+/// registered buffers (indexed `SBUF`, `RBUF`, `TARGET_SGL`, `CTRL`), its completion queue, a
+/// waiter for each side of the stream, and the connection's rdma_cm end.
+pub(in crate::stream) trait StreamDevice {
+    /// A send chain of this device.
+    type Chain<'a>: PostChain
+    where
+        Self: 'a;
+
+    /// An empty send chain.
+    fn chain(&self) -> Self::Chain<'_>;
+
+    /// Posts `count` receives without buffers (for RDMA writes with immediate), each with
+    /// work request id `wr_id`.
+    ///
+    /// # Errors
+    ///
+    /// The device refused the post.
+    fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()>;
+
+    /// Posts, alone, a bind of memory window `window` under `rkey` over range registration
+    /// `target.1` of buffer `target.0`.
+    ///
+    /// # Errors
+    ///
+    /// No such window or range, or the device refused the post.
+    fn post_bind(
+        &self,
+        wr_id: u64,
+        window: usize,
+        target: (usize, usize),
+        rkey: u32,
+    ) -> io::Result<()>;
+
+    /// Posts, alone and signaled, the invalidation of window `window`'s key `rkey`.
+    ///
+    /// # Errors
+    ///
+    /// No such window, or the device refused the post.
+    fn post_invalidate(&self, wr_id: u64, window: usize, rkey: u32) -> io::Result<()>;
+
+    /// Deregisters range registration `range` of buffer `buffer`: the key it gave stops
+    /// working.
+    ///
+    /// # Errors
+    ///
+    /// No such range, or the device refused.
+    fn deregister_range(&self, buffer: usize, range: usize) -> io::Result<()>;
+
+    /// Takes a send completion into the books of the memory windows.
+    fn window_completed(&self, wc: &WorkCompletion);
+
+    /// Takes back the buffer lent under `lend_id`, if it is still lent.
+    fn reclaim(&self, lend_id: u64) -> Option<UserBuffer>;
+
+    /// Copies `src` into buffer `buffer` at `offset`.
+    ///
+    /// # Errors
+    ///
+    /// The range is outside the buffer.
+    fn write_at(&self, buffer: usize, offset: usize, src: &[u8]) -> io::Result<()>;
+
+    /// Copies buffer `buffer`'s bytes at `offset` into `dst`.
+    ///
+    /// # Errors
+    ///
+    /// The range is outside the buffer.
+    fn read_at(&self, buffer: usize, offset: usize, dst: &mut [u8]) -> io::Result<()>;
+
+    /// Appends `len` bytes of buffer `buffer` at `offset` to `out`.
+    ///
+    /// # Errors
+    ///
+    /// The range is outside the buffer.
+    fn append_to(
+        &self,
+        buffer: usize,
+        offset: usize,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()>;
+
+    /// Polls up to a batch of completions into `batch` without waiting, and returns them.
+    ///
+    /// # Errors
+    ///
+    /// Polling the completion queue failed.
+    fn try_poll_batch<'b>(
+        &self,
+        batch: &'b mut CompletionBatch<BATCH>,
+    ) -> io::Result<&'b [WorkCompletion]>;
+
+    /// Completions came for the caller's current wait: the wait is over.
+    fn end_wait(&self, yields: &WaitYields);
+
+    /// How many completions the completion queue holds at most.
+    fn queue_capacity(&self) -> usize;
+
+    /// Waits, as `side`'s waiter, until completions come (copied into `out`) or the
+    /// connection is closed; see [`ConnWaiter::poll_wait`].
+    fn poll_wait(
+        &self,
+        side: Side,
+        cx: &mut Context<'_>,
+        out: &mut CompletionBatch<BATCH>,
+        hints: WaitHints<'_>,
+    ) -> Poll<Woken>;
+
+    /// The connection's tracing span.
+    fn span(&self) -> &tracing::Span;
+
+    /// The peer's address.
+    fn peer_addr(&self) -> SocketAddr;
+
+    /// Whether the connection was disconnected (by either end).
+    fn is_disconnected(&self) -> bool;
+
+    /// Whether the connection ended because its device was removed.
+    fn is_device_removed(&self) -> bool;
+
+    /// The error a closed connection reports (to a writer with `writing`).
+    fn closed_error(&self, writing: bool) -> io::Error;
+}
+
+/// The real device: a queue pair with its own registered rings, its completion queue, the
+/// waiters on its channels, and the rdma_cm link.
+#[derive(Debug)]
+pub(in crate::stream) struct VerbsDevice {
+    // Drop order: disconnect, then destroy the queue pair, then free rings and queues.
+    pub(super) link: CmLink,
+    pub(super) qp: OwnedBufferQueuePair,
+    pub(super) cq: AsyncCq,
+    /// The reading and the writing side's registrations (indexed by [`Side`]).
+    waiters: [ConnWaiter; 2],
+}
+
+impl VerbsDevice {
+    /// The device of a stream connected over `link`, and the stream's protocol state.
+    pub(super) fn new(parts: StreamParts, link: CmLink) -> io::Result<(Self, Connection)> {
+        // Made before anything moves: a failure drops `link` first, then the queue pair and
+        // the completion queue, as a dropped device does.
+        let waiters = [
+            ConnWaiter::new(&parts.cq, Some(&link))?,
+            ConnWaiter::new(&parts.cq, Some(&link))?,
+        ];
+        let device = VerbsDevice {
+            link,
+            qp: parts.qp,
+            cq: parts.cq,
+            waiters,
+        };
+        Ok((device, parts.conn))
+    }
+}
+
+impl PostChain for SendChain<'_> {
+    #[inline]
+    fn is_empty(&self) -> bool {
+        SendChain::is_empty(self)
+    }
+
+    #[inline]
+    fn posts(&self) -> u64 {
+        SendChain::posts(self)
+    }
+
+    #[inline]
+    fn push(&mut self, req: &WorkRequest<'_>) -> io::Result<()> {
+        SendChain::push(self, req)
+    }
+
+    #[inline]
+    fn post(&mut self) -> io::Result<()> {
+        SendChain::post(self)
+    }
+}
+
+impl StreamDevice for VerbsDevice {
+    type Chain<'a> = SendChain<'a>;
+
+    #[inline]
+    fn chain(&self) -> SendChain<'_> {
+        SendChain::new(&self.qp)
+    }
+
+    #[inline]
+    fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()> {
+        self.qp.post_empty_recvs(wr_id, count)
+    }
+
+    #[inline]
+    fn post_bind(
+        &self,
+        wr_id: u64,
+        window: usize,
+        target: (usize, usize),
+        rkey: u32,
+    ) -> io::Result<()> {
+        self.qp.post_bind(wr_id, window, target, rkey)
+    }
+
+    #[inline]
+    fn post_invalidate(&self, wr_id: u64, window: usize, rkey: u32) -> io::Result<()> {
+        self.qp.post_invalidate(wr_id, window, rkey)
+    }
+
+    #[inline]
+    fn deregister_range(&self, buffer: usize, range: usize) -> io::Result<()> {
+        self.qp.deregister_range(buffer, range)
+    }
+
+    #[inline]
+    fn window_completed(&self, wc: &WorkCompletion) {
+        self.qp.window_completed(wc);
+    }
+
+    #[inline]
+    fn reclaim(&self, lend_id: u64) -> Option<UserBuffer> {
+        self.qp.reclaim(lend_id)
+    }
+
+    #[inline]
+    fn write_at(&self, buffer: usize, offset: usize, src: &[u8]) -> io::Result<()> {
+        self.qp.buffer(buffer).write_at(offset, src)
+    }
+
+    #[inline]
+    fn read_at(&self, buffer: usize, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+        self.qp.buffer(buffer).read_at(offset, dst)
+    }
+
+    #[inline]
+    fn append_to(
+        &self,
+        buffer: usize,
+        offset: usize,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        self.qp.buffer(buffer).append_to(offset, len, out)
+    }
+
+    #[inline]
+    fn try_poll_batch<'b>(
+        &self,
+        batch: &'b mut CompletionBatch<BATCH>,
+    ) -> io::Result<&'b [WorkCompletion]> {
+        self.cq.try_poll_batch(batch)
+    }
+
+    #[inline]
+    fn end_wait(&self, yields: &WaitYields) {
+        self.cq.end_wait(yields);
+    }
+
+    #[inline]
+    fn queue_capacity(&self) -> usize {
+        self.cq.queue().capacity()
+    }
+
+    #[inline]
+    fn poll_wait(
+        &self,
+        side: Side,
+        cx: &mut Context<'_>,
+        out: &mut CompletionBatch<BATCH>,
+        hints: WaitHints<'_>,
+    ) -> Poll<Woken> {
+        self.waiters[side as usize].poll_wait(&self.cq, Some(&self.link), cx, out, hints)
+    }
+
+    #[inline]
+    fn span(&self) -> &tracing::Span {
+        self.link.span()
+    }
+
+    #[inline]
+    fn peer_addr(&self) -> SocketAddr {
+        self.link.peer_addr()
+    }
+
+    #[inline]
+    fn is_disconnected(&self) -> bool {
+        self.link.is_disconnected()
+    }
+
+    #[inline]
+    fn is_device_removed(&self) -> bool {
+        self.link.is_device_removed()
+    }
+
+    #[inline]
+    fn closed_error(&self, writing: bool) -> io::Error {
+        self.link.closed_error(writing)
+    }
+}

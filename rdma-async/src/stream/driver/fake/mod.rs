@@ -1,0 +1,409 @@
+//! An in-process fake of the device under a stream ([`FakeDevice`]): two ends in one process
+//! carry bytes between two [`StreamCore`]s, as smoltcp tests its sockets over a loopback device
+//! and quinn-proto its connections over a test `Pair`. Test code only, not a transport.
+//!
+//! Both ends share one state behind a `Mutex`. Each end has plain `Vec<u8>` buffers standing
+//! in for the registered ones, at made-up addresses and keys. Posting a chain executes its
+//! requests at once, as the device would: an RDMA write copies into the peer's buffer at the
+//! target address, with an immediate it also completes one of the peer's posted receives (or
+//! waits for one, as a receiver-not-ready retry would), and every signaled request gives a
+//! local send completion. A queued completion wakes its end's waiters. [`FakeWire`] injects
+//! failures (the next post, the next poll), holds completions back, and disconnects (after
+//! which posts are flushed).
+
+mod chain;
+
+use std::collections::VecDeque;
+use std::io;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use self::chain::FakeChain;
+use crate::cm::Woken;
+use crate::proto::{Config, ConnData, Connection, LocalLayout, TARGET_SGL_BYTES, WR_ID_RECV_FLAG};
+use crate::reactor::{BeforeSleep, WaitHints, WaitYields};
+use crate::verbs::{CompletionBatch, UserBuffer, WorkCompletion};
+
+use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, Side, StreamCore, StreamDevice};
+
+/// Where each end's receive ring and target SGL seem to be, and their keys (plus the end's
+/// index): what the peer's RDMA writes name.
+const RBUF_ADDR: u64 = 0x1000_0000;
+const TARGET_SGL_ADDR: u64 = 0x2000_0000;
+const RBUF_RKEY: u32 = 0x100;
+const TARGET_SGL_RKEY: u32 = 0x200;
+
+/// One end's side of the shared state.
+#[derive(Debug, Default)]
+struct End {
+    /// SBUF, RBUF, TARGET_SGL, CTRL.
+    buffers: [Vec<u8>; 4],
+    /// Receives posted and not yet consumed.
+    recvs: usize,
+    /// The work request id of the receives posted.
+    recv_wr_id: u64,
+    /// Writes with immediate that found no receive posted: (immediate, length), delivered as
+    /// receives are posted.
+    unreceived: VecDeque<(u32, u32)>,
+    /// The completion queue.
+    completions: VecDeque<WorkCompletion>,
+    /// While set, polls find no completions (they stay queued).
+    held: bool,
+    fail_next_post: bool,
+    fail_next_poll: bool,
+    /// The wakers of the reading and the writing side's waits.
+    wakers: [Option<Waker>; 2],
+    /// Memory windows bound: (window, buffer, range, key).
+    binds: Vec<(usize, usize, usize, u32)>,
+}
+
+impl End {
+    /// The wakers to wake now that something changed for this end.
+    fn take_wakers(&mut self) -> impl Iterator<Item = Waker> + use<> {
+        let [read, write] = std::mem::take(&mut self.wakers);
+        read.into_iter().chain(write)
+    }
+
+    /// Completes posted receives for the writes with immediate waiting for them.
+    fn deliver_unreceived(&mut self) {
+        while self.recvs > 0
+            && let Some((imm, len)) = self.unreceived.pop_front()
+        {
+            self.recvs -= 1;
+            self.completions.push_back(WorkCompletion {
+                wr_id: self.recv_wr_id,
+                byte_len: len,
+                imm_data: Some(imm),
+                ..WorkCompletion::EMPTY
+            });
+        }
+    }
+}
+
+/// The state both ends share.
+#[derive(Debug, Default)]
+struct Shared {
+    ends: [End; 2],
+    /// rdma_cm's view: the connection was disconnected.
+    disconnected: bool,
+}
+
+/// Locks `shared`, whatever a panicking test left behind.
+fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
+    shared.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Wakes `wakers`, once the shared state's lock is released.
+fn wake(wakers: impl IntoIterator<Item = Waker>) {
+    for waker in wakers {
+        waker.wake();
+    }
+}
+
+/// One end of the fake device.
+#[derive(Debug)]
+pub(super) struct FakeDevice {
+    shared: Arc<Mutex<Shared>>,
+    /// This end's index (0 or 1); the peer's is the other.
+    end: usize,
+    max_inline: usize,
+    capacity: usize,
+    span: tracing::Span,
+}
+
+/// The test's handle on the wire between the two ends: failure injection and control.
+#[derive(Debug, Clone)]
+pub(super) struct FakeWire {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl FakeWire {
+    /// Makes `end`'s next post of a send chain fail, posting nothing.
+    pub(super) fn fail_next_post(&self, end: usize) {
+        lock(&self.shared).ends[end].fail_next_post = true;
+    }
+
+    /// Makes `end`'s next poll of its completion queue (or wait on it) fail.
+    pub(super) fn fail_next_poll(&self, end: usize) {
+        let wakers: Vec<Waker> = {
+            let mut shared = lock(&self.shared);
+            shared.ends[end].fail_next_poll = true;
+            shared.ends[end].take_wakers().collect()
+        };
+        wake(wakers);
+    }
+
+    /// Holds `end`'s completions back (polls find none) while `held`; releasing wakes it.
+    pub(super) fn hold_completions(&self, end: usize, held: bool) {
+        let wakers: Vec<Waker> = {
+            let mut shared = lock(&self.shared);
+            shared.ends[end].held = held;
+            shared.ends[end].take_wakers().collect()
+        };
+        wake(wakers);
+    }
+
+    /// Disconnects the connection as rdma_cm would: both ends' waits see it closed, and
+    /// whatever is posted from now on is flushed.
+    pub(super) fn disconnect(&self) {
+        let wakers: Vec<Waker> = {
+            let mut shared = lock(&self.shared);
+            shared.disconnected = true;
+            let [a, b] = &mut shared.ends;
+            a.take_wakers().chain(b.take_wakers()).collect()
+        };
+        wake(wakers);
+    }
+
+    /// Completions queued for `end`, not yet polled.
+    pub(super) fn queued(&self, end: usize) -> usize {
+        lock(&self.shared).ends[end].completions.len()
+    }
+
+    /// Memory window binds `end` posted.
+    pub(super) fn binds(&self, end: usize) -> usize {
+        lock(&self.shared).ends[end].binds.len()
+    }
+}
+
+/// Two stream drivers connected over the fake device, with `config` on both ends (index 0
+/// and 1), and the wire between them.
+///
+/// # Errors
+///
+/// The ends' connection data do not fit together, or posting the first controls failed.
+pub(super) fn pair(
+    config: Config,
+) -> io::Result<(StreamCore<FakeDevice>, StreamCore<FakeDevice>, FakeWire)> {
+    let shared = Arc::new(Mutex::new(Shared::default()));
+    let layout = |end: usize| LocalLayout {
+        rbuf_addr: RBUF_ADDR,
+        rbuf_rkey: RBUF_RKEY + end as u32,
+        target_sgl_addr: TARGET_SGL_ADDR,
+        target_sgl_rkey: TARGET_SGL_RKEY + end as u32,
+        ring_keys: None,
+    };
+    let mut conns = [0, 1].map(|end| Connection::new(config, layout(end)));
+    let datas = [0, 1].map(|end| conns[end].local_conn_data().encode());
+    for (end, conn) in conns.iter_mut().enumerate() {
+        let peer = ConnData::decode(&datas[1 - end]).map_err(io::Error::from)?;
+        conn.handle_peer_conn_data(&peer).map_err(io::Error::from)?;
+    }
+    let devices = [0, 1].map(|end| {
+        let mut state = lock(&shared);
+        state.ends[end].buffers = [
+            vec![0; config.sbuf_size() as usize],
+            vec![0; config.rbuf_size() as usize],
+            vec![0; TARGET_SGL_BYTES],
+            vec![0; CTRL_SLOT * CTRL_SLOTS],
+        ];
+        drop(state);
+        FakeDevice {
+            shared: shared.clone(),
+            end,
+            max_inline: config.inline_size() as usize,
+            capacity: (config.sq_size() + config.rq_size()) as usize,
+            span: tracing::Span::none(),
+        }
+    });
+    // As `setup::build` does: every receive is posted before the peer can send anything.
+    for device in &devices {
+        device.post_empty_recvs(WR_ID_RECV_FLAG, config.rq_size() as usize)?;
+    }
+    let [conn_a, conn_b] = conns;
+    let [device_a, device_b] = devices;
+    let a = StreamCore::over(device_a, conn_a)?;
+    let b = StreamCore::over(device_b, conn_b)?;
+    Ok((a, b, FakeWire { shared }))
+}
+
+fn unsupported(what: &str) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::Unsupported,
+        format!("the fake device has no {what}"),
+    )
+}
+
+impl FakeDevice {
+    fn peer(&self) -> usize {
+        1 - self.end
+    }
+}
+
+impl StreamDevice for FakeDevice {
+    type Chain<'a> = FakeChain<'a>;
+
+    fn chain(&self) -> FakeChain<'_> {
+        FakeChain::new(self)
+    }
+
+    fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()> {
+        if count == 0 {
+            return Ok(());
+        }
+        let wakers: Vec<Waker> = {
+            let mut shared = lock(&self.shared);
+            let end = &mut shared.ends[self.end];
+            end.recv_wr_id = wr_id;
+            end.recvs += count;
+            end.deliver_unreceived();
+            end.take_wakers().collect()
+        };
+        wake(wakers);
+        Ok(())
+    }
+
+    fn post_bind(
+        &self,
+        _: u64,
+        window: usize,
+        target: (usize, usize),
+        rkey: u32,
+    ) -> io::Result<()> {
+        let mut shared = lock(&self.shared);
+        shared.ends[self.end]
+            .binds
+            .push((window, target.0, target.1, rkey));
+        Ok(())
+    }
+
+    fn post_invalidate(&self, _: u64, _: usize, _: u32) -> io::Result<()> {
+        Err(unsupported("memory windows to invalidate"))
+    }
+
+    fn deregister_range(&self, _: usize, _: usize) -> io::Result<()> {
+        Err(unsupported("range registrations"))
+    }
+
+    fn window_completed(&self, _: &WorkCompletion) {}
+
+    fn reclaim(&self, _: u64) -> Option<UserBuffer> {
+        // Nothing is ever lent to the fake (`Payload::Lent` is refused).
+        None
+    }
+
+    fn write_at(&self, buffer: usize, offset: usize, src: &[u8]) -> io::Result<()> {
+        let mut shared = lock(&self.shared);
+        let dst = shared.ends[self.end].buffers[buffer]
+            .get_mut(offset..offset + src.len())
+            .ok_or_else(out_of_range)?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn read_at(&self, buffer: usize, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+        let shared = lock(&self.shared);
+        let src = shared.ends[self.end].buffers[buffer]
+            .get(offset..offset + dst.len())
+            .ok_or_else(out_of_range)?;
+        dst.copy_from_slice(src);
+        Ok(())
+    }
+
+    fn append_to(
+        &self,
+        buffer: usize,
+        offset: usize,
+        len: usize,
+        out: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        let shared = lock(&self.shared);
+        let src = shared.ends[self.end].buffers[buffer]
+            .get(offset..offset + len)
+            .ok_or_else(out_of_range)?;
+        out.extend_from_slice(src);
+        Ok(())
+    }
+
+    fn try_poll_batch<'b>(
+        &self,
+        batch: &'b mut CompletionBatch<BATCH>,
+    ) -> io::Result<&'b [WorkCompletion]> {
+        let mut shared = lock(&self.shared);
+        let end = &mut shared.ends[self.end];
+        if std::mem::take(&mut end.fail_next_poll) {
+            return Err(io::Error::other("fake device: injected poll failure"));
+        }
+        take_batch(end, batch);
+        Ok(batch.as_slice())
+    }
+
+    fn end_wait(&self, _: &WaitYields) {}
+
+    fn queue_capacity(&self) -> usize {
+        self.capacity
+    }
+
+    fn poll_wait(
+        &self,
+        side: Side,
+        cx: &mut Context<'_>,
+        out: &mut CompletionBatch<BATCH>,
+        hints: WaitHints<'_>,
+    ) -> Poll<Woken> {
+        let mut shared = lock(&self.shared);
+        let disconnected = shared.disconnected;
+        let end = &mut shared.ends[self.end];
+        if std::mem::take(&mut end.fail_next_poll) {
+            let err = io::Error::other("fake device: injected poll failure");
+            return Poll::Ready(Woken::Completions(Err(err)));
+        }
+        if !end.held && !end.completions.is_empty() {
+            take_batch(end, out);
+            return Poll::Ready(Woken::Completions(Ok(out.as_slice().len())));
+        }
+        if disconnected {
+            return Poll::Ready(Woken::Closed(Ok(())));
+        }
+        // Under the shared lock: whoever queues a completion next finds this waker.
+        if let Some(BeforeSleep(register)) = hints.before_sleep {
+            register();
+        }
+        end.wakers[side as usize] = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    fn peer_addr(&self) -> SocketAddr {
+        SocketAddr::from((Ipv4Addr::new(10, 0, 0, self.peer() as u8 + 1), 7471))
+    }
+
+    fn is_disconnected(&self) -> bool {
+        lock(&self.shared).disconnected
+    }
+
+    fn is_device_removed(&self) -> bool {
+        false
+    }
+
+    fn closed_error(&self, _: bool) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::ConnectionReset,
+            format!("connection with {} closed", self.peer_addr()),
+        )
+    }
+}
+
+/// Moves up to a batch of `end`'s completions (none while held) into `batch`.
+fn take_batch(end: &mut End, batch: &mut CompletionBatch<BATCH>) {
+    batch.clear();
+    if end.held {
+        return;
+    }
+    while batch.as_slice().len() < BATCH
+        && let Some(wc) = end.completions.pop_front()
+    {
+        batch.push(wc);
+    }
+}
+
+fn out_of_range() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        "range outside the fake's buffer",
+    )
+}

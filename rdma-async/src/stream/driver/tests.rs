@@ -1,0 +1,344 @@
+//! Host tests of the stream driver: two [`StreamCore`]s over the in-process fake device
+//! (`super::fake`), driven through the driver's own read, write and shutdown entry points.
+
+use std::future::{Future, poll_fn};
+use std::io::{self, IoSlice};
+use std::pin::pin;
+use std::task::{Poll, ready};
+use std::time::Duration;
+
+use tokio::io::ReadBuf;
+use tokio::time::timeout;
+
+use crate::proto::Config;
+
+use super::StreamCore;
+use super::fake::{FakeDevice, FakeWire, pair};
+
+/// A hang guard: every test finishes in far less.
+const GUARD: Duration = Duration::from_secs(10);
+
+type Core = StreamCore<FakeDevice>;
+
+fn connected(config: Config) -> (Core, Core, FakeWire) {
+    pair(config).expect("connecting two drivers over the fake")
+}
+
+/// Bytes no two offsets of a short period share: a misplaced chunk shows.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[1] ^ seed)
+        .collect()
+}
+
+async fn write_all(core: &Core, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        let n = poll_fn(|cx| core.poll_write(cx, &[IoSlice::new(bytes)])).await?;
+        assert!(n > 0, "a write that returns 0 bytes");
+        bytes = &bytes[n..];
+    }
+    Ok(())
+}
+
+/// One read into `buf`: how many bytes (0 at end of stream).
+async fn read_some(core: &Core, buf: &mut [u8]) -> io::Result<usize> {
+    poll_fn(|cx| {
+        let mut read = ReadBuf::new(buf);
+        ready!(core.poll_read(cx, &mut read, false))?;
+        Poll::Ready(Ok(read.filled().len()))
+    })
+    .await
+}
+
+async fn read_exact(core: &Core, len: usize) -> io::Result<Vec<u8>> {
+    let mut out = vec![0; len];
+    let mut at = 0;
+    while at < len {
+        let n = read_some(core, &mut out[at..]).await?;
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        at += n;
+    }
+    Ok(out)
+}
+
+async fn read_to_end(core: &Core) -> io::Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = vec![0; 64 * 1024];
+    loop {
+        match read_some(core, &mut buf).await? {
+            0 => return Ok(out),
+            n => out.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+async fn shutdown(core: &Core) -> io::Result<()> {
+    poll_fn(|cx| core.poll_shutdown(cx)).await
+}
+
+/// Polls `fut` once, without waiting.
+async fn poll_once<F: Future + Unpin>(fut: &mut F) -> Poll<F::Output> {
+    poll_fn(|cx| Poll::Ready(std::pin::Pin::new(&mut *fut).poll(cx))).await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn echoes_a_mebibyte_both_ways() {
+    let (a, b, _wire) = connected(Config::new());
+    const LEN: usize = 1024 * 1024;
+    let sent = pattern(LEN, 0x5a);
+    let writer = async {
+        write_all(&a, &sent).await?;
+        shutdown(&a).await
+    };
+    let echo = async {
+        let mut buf = vec![0; 48 * 1024];
+        let mut echoed = 0;
+        loop {
+            let n = read_some(&b, &mut buf).await?;
+            if n == 0 {
+                shutdown(&b).await?;
+                return io::Result::Ok(echoed);
+            }
+            write_all(&b, &buf[..n]).await?;
+            echoed += n;
+        }
+    };
+    let reader = read_to_end(&a);
+    let (written, echoed, back) = timeout(GUARD, async { tokio::join!(writer, echo, reader) })
+        .await
+        .expect("the echo hung");
+    written.expect("writing the mebibyte");
+    assert_eq!(echoed.expect("echoing"), LEN);
+    let back = back.expect("reading the echo");
+    assert_eq!(back.len(), LEN);
+    assert!(back == sent, "the echo differs from what was sent");
+    let (stats_a, stats_b) = (a.lock().stats, b.lock().stats);
+    assert_eq!(stats_a.bytes_sent, LEN as u64);
+    assert_eq!(stats_b.bytes_received, LEN as u64);
+    assert_eq!(stats_b.bytes_sent, LEN as u64);
+    assert_eq!(stats_a.bytes_received, LEN as u64);
+}
+
+/// Writes `out`, shuts down, and reads to the end of the stream; returns what it read.
+async fn write_then_read(me: &str, core: &Core, out: &[u8]) -> io::Result<Vec<u8>> {
+    write_all(core, out).await?;
+    shutdown(core).await?;
+    // Shut down for writing: a write now fails, while reading goes on.
+    let refused = write_all(core, b"late").await;
+    assert_eq!(
+        refused.expect_err("a write after shutdown").kind(),
+        io::ErrorKind::BrokenPipe,
+        "{me}"
+    );
+    let got = read_to_end(core).await?;
+    // End of stream stays end of stream.
+    let mut buf = [0u8; 8];
+    assert_eq!(read_some(core, &mut buf).await?, 0, "{me}");
+    Ok(got)
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn shuts_down_both_ways_after_every_byte() {
+    let (a, b, _wire) = connected(Config::new());
+    let from_a = pattern(100_000, 1);
+    let from_b = pattern(70_000, 2);
+    let (got_a, got_b) = timeout(GUARD, async {
+        tokio::join!(
+            write_then_read("a", &a, &from_a),
+            write_then_read("b", &b, &from_b)
+        )
+    })
+    .await
+    .expect("shutting down hung");
+    assert!(
+        got_a.expect("a's side") == from_b,
+        "a read other bytes than b sent"
+    );
+    assert!(
+        got_b.expect("b's side") == from_a,
+        "b read other bytes than a sent"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_writer_out_of_credits_waits_until_the_peer_reads() {
+    // Few receives, a large ring: credits run out long before ring space.
+    let config = Config::new().with_rq_size(16).with_rbuf_size(1024 * 1024);
+    let (a, b, _wire) = connected(config);
+    let message = pattern(100, 3);
+    let mut sent = 0usize;
+    loop {
+        match a.try_write(&[IoSlice::new(&message)]) {
+            Ok(n) => {
+                assert_eq!(n, message.len());
+                sent += 1;
+                assert!(sent <= 16, "more messages than the peer has receives");
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+            Err(e) => panic!("writing until blocked: {e}"),
+        }
+    }
+    assert!(sent > 0, "no message went out at first");
+    // A waiting writer is blocked on the peer, and stays so while it does not read.
+    let more = pattern(10_000, 4);
+    let mut writer = pin!(write_all(&a, &more));
+    assert!(poll_once(&mut writer).await.is_pending());
+    assert!(poll_once(&mut writer).await.is_pending());
+    assert!(a.lock().stats.writer_waits_for_peer >= 1);
+    // Once the peer reads, the writer goes on.
+    let expected_len = sent * message.len() + more.len();
+    let (written, read) = timeout(GUARD, async {
+        tokio::join!(writer, read_exact(&b, expected_len))
+    })
+    .await
+    .expect("the writer stayed blocked");
+    written.expect("writing once the peer read");
+    let read = read.expect("reading");
+    for i in 0..sent {
+        assert_eq!(&read[i * 100..(i + 1) * 100], &message[..], "message {i}");
+    }
+    assert!(read[sent * 100..] == more[..]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_post_fails_the_stream_with_its_cause() {
+    let (a, b, wire) = connected(Config::new());
+    write_all(&a, b"before").await.expect("a first write");
+    wire.fail_next_post(0);
+    let err = timeout(GUARD, write_all(&a, b"lost"))
+        .await
+        .expect("a failed post hung")
+        .expect_err("a write whose post failed");
+    assert!(
+        err.to_string().contains("injected post failure"),
+        "unclear error: {err}"
+    );
+    // The connection is broken for good: later writes report the same cause.
+    let again = timeout(GUARD, write_all(&a, b"after"))
+        .await
+        .expect("a write after a failed post hung")
+        .expect_err("a write after a failed post");
+    assert!(
+        again.to_string().contains("injected post failure"),
+        "unclear error: {again}"
+    );
+    // What was posted before the failure did arrive.
+    let got = timeout(GUARD, read_exact(&b, 6))
+        .await
+        .expect("reading hung");
+    assert_eq!(got.expect("reading what came before"), b"before");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_failed_poll_is_reported_and_the_next_read_goes_on() {
+    let (a, b, wire) = connected(Config::new());
+    write_all(&a, b"hello").await.expect("writing");
+    wire.fail_next_poll(1);
+    let mut buf = [0u8; 16];
+    let err = timeout(GUARD, read_some(&b, &mut buf))
+        .await
+        .expect("a failed poll hung")
+        .expect_err("a read whose poll failed");
+    assert!(
+        err.to_string().contains("injected poll failure"),
+        "unclear error: {err}"
+    );
+    // The completions stayed queued: the next read finds the bytes.
+    let got = timeout(GUARD, read_exact(&b, 5))
+        .await
+        .expect("reading hung");
+    assert_eq!(got.expect("reading after the failed poll"), b"hello");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_waiting_reader_sees_a_failed_poll() {
+    let (a, b, wire) = connected(Config::new());
+    let mut buf = [0u8; 16];
+    let mut reader = pin!(read_some(&b, &mut buf));
+    // Nothing to read: it waits on the fake's completion queue.
+    assert!(poll_once(&mut reader).await.is_pending());
+    wire.fail_next_poll(1);
+    let err = timeout(GUARD, reader)
+        .await
+        .expect("a wait whose poll failed hung")
+        .expect_err("a wait whose poll failed");
+    assert!(
+        err.to_string().contains("injected poll failure"),
+        "unclear error: {err}"
+    );
+    write_all(&a, b"late").await.expect("writing");
+    let got = timeout(GUARD, read_exact(&b, 4))
+        .await
+        .expect("reading hung");
+    assert_eq!(got.expect("reading after the failed wait"), b"late");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn control_messages_flow_while_completions_are_held_back() {
+    let (a, b, wire) = connected(Config::new());
+    wire.hold_completions(1, true);
+    write_all(&a, b"held").await.expect("writing");
+    assert!(wire.queued(1) > 0, "the write gave the peer no completion");
+    let mut reader = pin!(read_exact(&b, 4));
+    assert!(poll_once(&mut reader).await.is_pending(), "read held bytes");
+    wire.hold_completions(1, false);
+    let got = timeout(GUARD, reader)
+        .await
+        .expect("released completions woke no reader")
+        .expect("reading");
+    assert_eq!(got, b"held");
+    // Reading returned the peer's credits with control messages, which b counted.
+    assert!(b.lock().stats.control_writes >= 1);
+    assert_eq!(
+        wire.binds(0) + wire.binds(1),
+        0,
+        "no ring lends, so no window binds"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_disconnect_ends_the_stream_after_the_bytes_sent_before_it() {
+    let (a, b, wire) = connected(Config::new());
+    write_all(&a, b"last words").await.expect("writing");
+    let mut buf = [0u8; 64];
+    let mut reader = pin!(async {
+        let got = read_exact(&b, 10).await?;
+        let mut end = [0u8; 8];
+        let after = read_some(&b, &mut end).await;
+        io::Result::Ok((got, after))
+    });
+    // The bytes are read; the reader then waits for more.
+    assert!(poll_once(&mut reader).await.is_pending());
+    wire.disconnect();
+    let (got, after) = timeout(GUARD, reader)
+        .await
+        .expect("a disconnect woke no reader")
+        .expect("reading what came before the disconnect");
+    assert_eq!(got, b"last words");
+    // No orderly close came first: after the bytes, the disconnect reads as a reset that
+    // says so, never as more bytes or a clean end of stream.
+    let err = after.expect_err("a read after a disconnect without DISCONNECT");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        err.to_string().contains("without closing"),
+        "unclear error: {err}"
+    );
+    // The other end learns it too, at the latest when its flushed sends complete.
+    let err = timeout(GUARD, async {
+        loop {
+            if let Err(e) = write_all(&a, b"x").await {
+                return e;
+            }
+            if let Err(e) = read_some(&a, &mut buf).await {
+                return e;
+            }
+        }
+    })
+    .await
+    .expect("a writer on a disconnected stream hung");
+    // Its sends were flushed by the disconnect, and it says so.
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(err.to_string().contains("flushed"), "unclear error: {err}");
+}
