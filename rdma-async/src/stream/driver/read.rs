@@ -71,8 +71,13 @@ impl<D: StreamDevice> StreamCore<D> {
         if !peek {
             state.conn.consume(taken).map_err(io::Error::from)?;
             state.stats.bytes_received += taken as u64;
-            // Consuming is what returns credits and buffer halves to the peer.
-            self.post_controls(state)?;
+            // Consuming is what returns credits and buffer halves to the peer. If posting them
+            // fails, the bytes are consumed all the same: they go to the caller now, and the
+            // failure (which ended the connection) to the next call, after the bytes that
+            // arrived before it (failing this call would lose them).
+            if let Err(e) = self.post_controls(state) {
+                self.fatal(state, e);
+            }
         }
         Ok(())
     }
