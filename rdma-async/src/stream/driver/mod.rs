@@ -11,7 +11,7 @@
 //!
 //! The driver reaches its device only through [`StreamDevice`] (posting, polling, waiting, the
 //! local rings, the connection's end): [`VerbsDevice`] on a real one, an in-process fake in the
-//! host tests (`fake`, `tests`).
+//! host tests (`fake`, `tests`) and the fuzz harness (`crate::fuzzing::stream_driver`).
 //!
 //! A peer can keep the completion queue busy for ever (a flood of valid 0-byte messages or
 //! credit updates), so the work per poll is bounded: every batch of up to [`BATCH`]
@@ -23,7 +23,7 @@
 mod close;
 mod completions;
 mod device;
-#[cfg(test)]
+#[cfg(any(test, feature = "fuzzing"))]
 mod fake;
 #[cfg(rdma_async_hooks)]
 mod hooks;
@@ -38,6 +38,8 @@ mod wait;
 mod write;
 
 pub(in crate::stream) use device::{PostChain, StreamDevice, VerbsDevice};
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use fake::FakeStreams;
 pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build};
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -202,13 +204,20 @@ impl<D: StreamDevice> StreamCore<D> {
 
     /// Records a local failure that broke the connection and returns it.
     fn fatal(&self, state: &mut CoreState, err: io::Error) -> io::Error {
-        if !state.transport_error.is_set() {
+        let first = !state.transport_error.is_set();
+        if first {
             tracing::warn!(parent: self.device.span(), error = %err, "connection failed");
         }
         state
             .conn
             .handle_fatal(ProtoError::new(ProtoErrorKind::SendFailed, err.to_string()));
-        state.transport_error.record(err)
+        let err = state.transport_error.record(err);
+        if first {
+            // Tasks waiting on either side wait for completions that may never come now (a
+            // reader, while a write's post failed): they learn of the failure at once.
+            self.wake_all();
+        }
+        err
     }
 
     /// The error a failed connection reports: the transport's cause if there was one.
