@@ -68,6 +68,27 @@ impl Control {
         !self.pending.is_empty()
     }
 
+    /// Whether our SHUTDOWN or DISCONNECT is still queued (it waits for a free slot). A queued
+    /// SHUTDOWN becomes a DISCONNECT: the peer's own SHUTDOWN came, so reading is over too.
+    pub(crate) fn close_queued_as_disconnect(&mut self) -> bool {
+        let Some(at) = self
+            .pending
+            .iter()
+            .position(|c| matches!(c, CtrlCode::Shutdown | CtrlCode::Disconnect))
+        else {
+            return false;
+        };
+        if self.pending[at] == CtrlCode::Shutdown {
+            if self.disconnect_queued {
+                self.pending.remove(at);
+            } else {
+                self.pending[at] = CtrlCode::Disconnect;
+                self.disconnect_queued = true;
+            }
+        }
+        true
+    }
+
     /// Drop queued messages (the connection is gone; nobody would receive them).
     pub(crate) fn clear_pending(&mut self) {
         self.pending.clear();

@@ -152,6 +152,12 @@ impl Connection {
             CtrlCode::Shutdown => {
                 if self.state.writable {
                     self.state.readable = false;
+                } else if self.control.close_queued_as_disconnect() {
+                    // Our SHUTDOWN has not gone out yet (no control slot was free), and the
+                    // peer reads until it comes: it goes, as a DISCONNECT now, and its
+                    // completion ends the connection (C drops it, and the peer reads EOF only
+                    // from rdma_cm's disconnect, which this crate reads as a reset).
+                    self.state.readable = false;
                 } else {
                     self.enter_disconnected();
                 }

@@ -15,6 +15,9 @@ impl<D: StreamDevice> StreamCore<D> {
         if !state.shutdown_started {
             state.shutdown_started = true;
             state.conn.shutdown_write();
+            // Posted before the completions are handled, as in `poll_shutdown` (a peer's
+            // SHUTDOWN among them would drop ours); again after, if it waited for a slot.
+            let _ = self.post_controls(&mut state);
             let _ = self.pump_some(&mut state);
             let _ = self.post_controls(&mut state);
         }
@@ -24,6 +27,8 @@ impl<D: StreamDevice> StreamCore<D> {
     pub(in crate::stream) fn begin_close(&self) -> bool {
         let mut state = self.lock();
         state.conn.close();
+        // As in `begin_shutdown`: the DISCONNECT goes out before a peer's SHUTDOWN can drop it.
+        let _ = self.post_controls(&mut state);
         let _ = self.pump_some(&mut state);
         let _ = self.post_controls(&mut state);
         !Self::close_settled(&state)

@@ -110,6 +110,9 @@ impl<D: StreamDevice> StreamCore<D> {
         if !state.shutdown_started {
             state.shutdown_started = true;
             state.conn.shutdown_write();
+            // Out before the peer's own SHUTDOWN, if one is queued, is handled: that leaves
+            // the connection disconnected and drops ours, which the peer then never reads.
+            self.post_controls(&mut state)?;
         }
         loop {
             ready!(self.pump(&mut state, Some(&mut *cx), Reading::No))?;
