@@ -1,5 +1,6 @@
-//! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, each asserting
-//! that decoder's invariants (not only that it does not panic). The fuzz targets reach them
+//! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, and one for the
+//! stream driver over the fake device (`stream_driver`), each asserting its invariants (not
+//! only that it does not panic). The fuzz targets reach them
 //! through the hidden `__fuzz` module (feature `fuzzing`); the unit test below replays every
 //! file of `fuzz/corpus/` through them, so the seeds and every regression input a fuzzing run
 //! found are tests on every `cargo test`.
@@ -10,6 +11,7 @@ mod hello;
 mod private_data;
 mod recv_path;
 mod remote_region;
+mod stream_driver;
 
 use crate::proto::{Config, Connection, LocalLayout};
 
@@ -19,6 +21,7 @@ pub use hello::hello;
 pub use private_data::private_data;
 pub use recv_path::recv_path;
 pub use remote_region::remote_region;
+pub use stream_driver::stream_driver;
 
 /// A fresh connection with `config` and a made-up local layout, for the harnesses that hand it
 /// decoded connection data.
@@ -47,6 +50,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("hello", hello),
     ("remote_region", remote_region),
     ("private_data", private_data),
+    ("stream_driver", stream_driver),
 ];
 
 #[cfg(test)]
@@ -66,6 +70,8 @@ mod tests {
             for entry in entries {
                 let path = entry.unwrap().path();
                 let bytes = std::fs::read(&path).unwrap();
+                // Shown with a failure: which file broke its harness.
+                eprintln!("replaying {}", path.display());
                 harness(&bytes);
                 files += 1;
             }

@@ -135,6 +135,16 @@ impl Receiver {
         }
     }
 
+    /// Moves the sequence numbers on by `start` messages (see
+    /// [`Sender::start_sequences_at`](super::sender::Sender::start_sequences_at)).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn start_sequences_at(&mut self, start: u16) {
+        self.rseq_no = self.rseq_no.wrapping_add(start);
+        self.rseq_comp = self.rseq_comp.wrapping_add(start);
+        self.msgs_received = self.msgs_received.wrapping_add(start);
+        self.credit_limit = self.credit_limit.wrapping_add(start);
+    }
+
     /// Grants each half through its own keys, so that a half can be revoked and lent
     /// ([`Self::lend`]).
     pub(crate) fn with_ring_keys(mut self, keys: RingKeys) -> Self {

@@ -144,6 +144,14 @@ impl Sender {
         self.peer_credits = credits;
     }
 
+    /// Moves the sequence numbers on by `start` messages (both ends of a connection by the
+    /// same amount, before the first message): a harness starts near the 2^16 wrap.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn start_sequences_at(&mut self, start: u16) {
+        self.sseq_no = self.sseq_no.wrapping_add(start);
+        self.sseq_comp = self.sseq_comp.wrapping_add(start);
+    }
+
     /// `None` if a chunk can be sent now (C's `rs_can_send`), else the first reason it cannot.
     pub(crate) fn blocked(&self) -> Option<WriteBlocked> {
         if self.sqe_avail == 0 {

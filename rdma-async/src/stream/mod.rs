@@ -130,6 +130,9 @@ mod side_wakers;
 mod split;
 mod stats;
 
+/// Two drivers over the in-process fake device, for the fuzz harness (`crate::fuzzing`).
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) use driver::FakeStreams;
 pub use lent_bytes::LentBytes;
 pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;

@@ -321,6 +321,16 @@ impl Connection {
         self.state.error.as_ref()
     }
 
+    /// Starts both directions' message sequence numbers at `start` instead of 0, for a harness
+    /// that wants them to wrap soon: call it on both ends with the same `start`, after the
+    /// peer's connection data and before any message (credit updates carry send limits as
+    /// 16-bit sequence numbers, so the two ends must agree on where they start).
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn start_sequences_at(&mut self, start: u16) {
+        self.sender.start_sequences_at(start);
+        self.receiver.start_sequences_at(start);
+    }
+
     /// Sender counters for diagnostics and tests: (sseq_no, sseq_comp, sbuf bytes free, data
     /// SQ entries free).
     #[cfg(test)]

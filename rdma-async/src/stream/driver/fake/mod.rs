@@ -2,6 +2,9 @@
 //! carry bytes between two [`StreamCore`]s, as smoltcp tests its sockets over a loopback device
 //! and quinn-proto its connections over a test `Pair`. Test code only, not a transport.
 //!
+//! The host tests (`super::tests`) drive the two drivers `pair` returns; the fuzz harness,
+//! outside `stream`, drives them through [`FakeStreams`].
+//!
 //! Both ends share one state behind a `Mutex`. Each end has plain `Vec<u8>` buffers standing
 //! in for the registered ones, at made-up addresses and keys. Posting a chain executes its
 //! requests at once, as the device would: an RDMA write copies into the peer's buffer at the
@@ -12,6 +15,7 @@
 //! which posts are flushed).
 
 mod chain;
+mod streams;
 
 use std::collections::VecDeque;
 use std::io;
@@ -20,6 +24,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 
 use self::chain::FakeChain;
+pub(crate) use self::streams::FakeStreams;
 use crate::cm::Woken;
 use crate::proto::{Config, ConnData, Connection, LocalLayout, TARGET_SGL_BYTES, WR_ID_RECV_FLAG};
 use crate::reactor::{BeforeSleep, WaitHints, WaitYields};
@@ -114,18 +119,18 @@ pub(super) struct FakeDevice {
 
 /// The test's handle on the wire between the two ends: failure injection and control.
 #[derive(Debug, Clone)]
-pub(super) struct FakeWire {
+pub(crate) struct FakeWire {
     shared: Arc<Mutex<Shared>>,
 }
 
 impl FakeWire {
     /// Makes `end`'s next post of a send chain fail, posting nothing.
-    pub(super) fn fail_next_post(&self, end: usize) {
+    pub(crate) fn fail_next_post(&self, end: usize) {
         lock(&self.shared).ends[end].fail_next_post = true;
     }
 
     /// Makes `end`'s next poll of its completion queue (or wait on it) fail.
-    pub(super) fn fail_next_poll(&self, end: usize) {
+    pub(crate) fn fail_next_poll(&self, end: usize) {
         let wakers: Vec<Waker> = {
             let mut shared = lock(&self.shared);
             shared.ends[end].fail_next_poll = true;
@@ -135,7 +140,7 @@ impl FakeWire {
     }
 
     /// Holds `end`'s completions back (polls find none) while `held`; releasing wakes it.
-    pub(super) fn hold_completions(&self, end: usize, held: bool) {
+    pub(crate) fn hold_completions(&self, end: usize, held: bool) {
         let wakers: Vec<Waker> = {
             let mut shared = lock(&self.shared);
             shared.ends[end].held = held;
@@ -146,7 +151,7 @@ impl FakeWire {
 
     /// Disconnects the connection as rdma_cm would: both ends' waits see it closed, and
     /// whatever is posted from now on is flushed.
-    pub(super) fn disconnect(&self) {
+    pub(crate) fn disconnect(&self) {
         let wakers: Vec<Waker> = {
             let mut shared = lock(&self.shared);
             shared.disconnected = true;
@@ -157,24 +162,36 @@ impl FakeWire {
     }
 
     /// Completions queued for `end`, not yet polled.
+    #[cfg(test)]
     pub(super) fn queued(&self, end: usize) -> usize {
         lock(&self.shared).ends[end].completions.len()
     }
 
     /// Memory window binds `end` posted.
-    pub(super) fn binds(&self, end: usize) -> usize {
+    pub(crate) fn binds(&self, end: usize) -> usize {
         lock(&self.shared).ends[end].binds.len()
     }
 }
 
 /// Two stream drivers connected over the fake device, with `config` on both ends (index 0
-/// and 1), and the wire between them.
+/// and 1), and the wire between them; the message sequence numbers start at 0.
+#[cfg(test)]
+pub(super) fn pair(
+    config: Config,
+) -> io::Result<(StreamCore<FakeDevice>, StreamCore<FakeDevice>, FakeWire)> {
+    pair_from(config, 0)
+}
+
+/// Two stream drivers connected over the fake device, with `config` on both ends (index 0
+/// and 1), and the wire between them; both directions' message sequence numbers start at
+/// `start_seq`.
 ///
 /// # Errors
 ///
 /// The ends' connection data do not fit together, or posting the first controls failed.
-pub(super) fn pair(
+fn pair_from(
     config: Config,
+    start_seq: u16,
 ) -> io::Result<(StreamCore<FakeDevice>, StreamCore<FakeDevice>, FakeWire)> {
     let shared = Arc::new(Mutex::new(Shared::default()));
     let layout = |end: usize| LocalLayout {
@@ -189,6 +206,7 @@ pub(super) fn pair(
     for (end, conn) in conns.iter_mut().enumerate() {
         let peer = ConnData::decode(&datas[1 - end]).map_err(io::Error::from)?;
         conn.handle_peer_conn_data(&peer).map_err(io::Error::from)?;
+        conn.start_sequences_at(start_seq);
     }
     let devices = [0, 1].map(|end| {
         let mut state = lock(&shared);
