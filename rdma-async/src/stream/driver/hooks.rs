@@ -92,7 +92,7 @@ impl StreamCore {
         while sent < max {
             match state.conn.prepare_empty_write() {
                 Ok(write) => {
-                    self.push_data(&mut state, &mut chain, &write, &mut Gather::new(&[]))?;
+                    self.push_data(&mut state, Some(&mut chain), &write, &mut Gather::new(&[]))?;
                     sent += 1;
                 }
                 Err(WriteError::Blocked(_)) => break,

@@ -126,12 +126,30 @@ impl<D: StreamDevice> StreamCore<D> {
         })
     }
 
+    /// Posts `req` alone, without a chain; a failure ends the connection.
+    pub(super) fn post_alone(
+        &self,
+        state: &mut CoreState,
+        req: &WorkRequest<'_>,
+    ) -> io::Result<()> {
+        match self.device.post_one(req) {
+            Ok(()) => {
+                state.stats.post_send_calls += 1;
+                Ok(())
+            }
+            Err(e) => {
+                state.post_failed = true;
+                Err(self.fatal(state, e))
+            }
+        }
+    }
+
     /// Takes the data write `write`'s bytes from `source`, copied into the send ring or sent
-    /// inline, and adds the write to `chain`.
+    /// inline, and adds the write to `chain`, or with no chain posts it alone.
     pub(super) fn push_data(
         &self,
         state: &mut CoreState,
-        chain: &mut D::Chain<'_>,
+        chain: Option<&mut D::Chain<'_>>,
         write: &DataWrite,
         source: &mut Gather<'_>,
     ) -> io::Result<()> {
@@ -181,11 +199,11 @@ impl<D: StreamDevice> StreamCore<D> {
     }
 
     /// Adds the data write `write` (an RDMA write with its DATA immediate) from `payload` to
-    /// `chain`; a failure ends the connection.
+    /// `chain`, or with no chain posts it alone; a failure ends the connection.
     pub(super) fn push_data_write(
         &self,
         state: &mut CoreState,
-        chain: &mut D::Chain<'_>,
+        chain: Option<&mut D::Chain<'_>>,
         write: &DataWrite,
         payload: Payload<'_>,
     ) -> io::Result<()> {
@@ -199,7 +217,10 @@ impl<D: StreamDevice> StreamCore<D> {
             payload,
             signaled: write.signaled,
         };
-        self.push(state, chain, &req)?;
+        match chain {
+            Some(chain) => self.push(state, chain, &req)?,
+            None => self.post_alone(state, &req)?,
+        }
         state.stats.data_writes += 1;
         state.stats.inline_writes += u64::from(matches!(payload, Payload::Inline(_)));
         state.stats.signaled_sends += u64::from(write.signaled);

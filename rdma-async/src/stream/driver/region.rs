@@ -123,7 +123,7 @@ impl StreamCore {
                 offset: op.start + op.done,
                 len: write.len,
             };
-            if let Err(e) = self.push_data_write(state, &mut chain, &write, payload) {
+            if let Err(e) = self.push_data_write(state, Some(&mut chain), &write, payload) {
                 op.failure = Some(e);
                 break;
             }

@@ -10,7 +10,7 @@ use crate::proto::{WriteCall, WriteError};
 use crate::stream::gather::Gather;
 use crate::stream::side_wakers::{Reading, Waiter};
 
-use super::{PostChain, Side, StreamCore, StreamDevice};
+use super::{Side, StreamCore, StreamDevice};
 
 impl<D: StreamDevice> StreamCore<D> {
     /// Writes from `bufs` in order, as much as fits now; with no `cx`, returns `WouldBlock`
@@ -28,8 +28,9 @@ impl<D: StreamDevice> StreamCore<D> {
         let mut written = 0;
         // Every chunk of the call, and the control messages due after them, go to the device
         // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
-        // below, so the chain is empty whenever it does.
-        let mut chain = self.device.chain();
+        // below, so the chain is empty whenever it does. It is made only for a call of several
+        // requests: the usual call, one chunk with nothing else due, posts it alone.
+        let mut chain = None;
         // The call's buffers are one run of bytes (see `Gather`): rsockets ramps chunk sizes up
         // from 2 KiB in every write call; we send the largest chunks at once (fewer work
         // requests; the peer cannot tell the difference).
@@ -38,12 +39,20 @@ impl<D: StreamDevice> StreamCore<D> {
         while source.remaining() > 0 {
             match state.conn.prepare_write(&mut call, source.remaining()) {
                 Ok(write) => {
-                    self.push_data(&mut state, &mut chain, &write, &mut source)?;
+                    if written == 0
+                        && write.len == source.remaining()
+                        && !state.conn.control_wanted()
+                    {
+                        self.push_data(&mut state, None, &write, &mut source)?;
+                        return Poll::Ready(Ok(write.len));
+                    }
+                    let chain = chain.get_or_insert_with(|| self.device.chain());
+                    self.push_data(&mut state, Some(chain), &write, &mut source)?;
                     written += write.len;
                 }
                 Err(_) if written > 0 => break,
                 Err(_) if !pumped => {
-                    debug_assert!(chain.is_empty(), "a write waits with chunks unposted");
+                    debug_assert!(chain.is_none(), "a write waits with chunks unposted");
                     pumped = true;
                     ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
                 }
@@ -59,8 +68,9 @@ impl<D: StreamDevice> StreamCore<D> {
                 }
             }
         }
-        self.push_controls(&mut state, &mut chain)?;
-        self.post_chain(&mut state, &mut chain)?;
+        let chain = chain.get_or_insert_with(|| self.device.chain());
+        self.push_controls(&mut state, chain)?;
+        self.post_chain(&mut state, chain)?;
         Poll::Ready(Ok(written))
     }
 

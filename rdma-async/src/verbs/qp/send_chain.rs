@@ -81,26 +81,7 @@ impl<'q> SendChain<'q> {
     /// posting the requests held if there is no room for it. An error leaves `req` out; one
     /// from that post means some of the held requests may not have been posted.
     pub(crate) fn push(&mut self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let (count, inline) = match req.payload {
-            Payload::Empty => (0, None),
-            Payload::Segments(segments) if segments.len() > MAX_SEGMENTS => {
-                return Err(error::invalid_input("too many gather segments"));
-            }
-            Payload::Segments(segments) => (segments.len(), None),
-            Payload::Lent { .. } => (1, None),
-            Payload::Inline(bytes) => {
-                // The device must copy the bytes while posting: a longer "inline" request would
-                // leave it reading `bytes` after the post returned.
-                let limit = self.qp.max_inline_data();
-                if bytes.len() > limit as usize {
-                    return Err(error::invalid_input(format!(
-                        "{} bytes exceed the queue pair's inline limit of {limit}",
-                        bytes.len(),
-                    )));
-                }
-                (usize::from(!bytes.is_empty()), Some(bytes))
-            }
-        };
+        let (count, inline) = gather_shape(self.qp, req.payload)?;
         let inline_len = inline.map_or(0, <[u8]>::len);
         if self.len == MAX_CHAIN
             || self.sges_used + count > MAX_CHAIN_SEGMENTS
@@ -138,15 +119,7 @@ impl<'q> SendChain<'q> {
                     });
                 }
             }
-            (Payload::Segments(segments), None) => {
-                for (entry, seg) in entries.iter_mut().zip(segments) {
-                    entry.write(self.qp.sge(*seg)?);
-                }
-            }
-            (Payload::Lent { id, offset, len }, None) => {
-                entries[0].write(self.qp.lent_sge(id, offset, len)?);
-            }
-            (Payload::Empty | Payload::Inline(_), None) => {}
+            (payload, None) => gather_entries(self.qp, payload, entries)?,
         }
         self.add(req, first, count, inline.is_some());
         Ok(())
@@ -155,17 +128,7 @@ impl<'q> SendChain<'q> {
     /// Appends the request `req`, whose `count` gather entries are initialised at `first`.
     #[inline]
     fn add(&mut self, req: &WorkRequest<'_>, first: usize, count: usize, inline: bool) {
-        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
-        let wr = self.wrs[self.len].write(unsafe { std::mem::zeroed() });
-        wr.wr_id = req.wr_id;
-        wr.num_sge = count as i32;
-        set_opcode(wr, req.opcode);
-        if inline {
-            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
-        }
-        if req.signaled {
-            wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
-        }
+        self.wrs[self.len].write(send_wr(req, count, inline));
         // At most MAX_CHAIN_SEGMENTS (32): fits.
         self.first_sge[self.len] = first as u8;
         self.sges_used += count;
@@ -250,12 +213,105 @@ impl<'q> SendChain<'q> {
 // Here rather than beside the queue pair: one request is a chain of one, and the chain builds on
 // the queue pair, not the other way round.
 impl OwnedBufferQueuePair {
-    /// Posts one work request to the send queue.
+    /// Posts one work request to the send queue, alone: its request and gather entries are
+    /// built on the stack, and an inline payload is posted from the caller's bytes (the
+    /// provider copies them during the call), with none of a chain's room to fill and link.
+    /// This is a stream's usual write call: one chunk and nothing else due.
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let mut chain = SendChain::new(self);
-        chain.push(req)?;
-        chain.post()
+        let (count, inline) = gather_shape(self, req.payload)?;
+        let mut entries = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SEGMENTS];
+        match inline {
+            Some(bytes) => {
+                entries[0].write(sys::ibv_sge {
+                    addr: bytes.as_ptr() as u64,
+                    length: bytes.len() as u32,
+                    lkey: 0,
+                });
+            }
+            None => gather_entries(self, req.payload, &mut entries[..count])?,
+        }
+        let mut wr = send_wr(req, count, inline.is_some());
+        if count > 0 {
+            wr.sg_list = entries.as_mut_ptr().cast::<sys::ibv_sge>();
+        }
+        // SAFETY: `wr` is one request (`next` null) whose `count` gather entries were
+        // initialised above: checked by `gather_entries` against buffers this QP owns, which
+        // stay allocated and registered until after the QP is destroyed (a lent buffer stays
+        // with the QP until its owner reclaims it, after the completion covering this request
+        // was polled), or, inline, the caller's bytes, borrowed for this call and checked
+        // against the QP's inline limit by `gather_shape`; the provider copies them during the
+        // call.
+        unsafe { self.post_send_wr(&mut wr) }
     }
+}
+
+/// A request's number of gather entries, and its inline bytes if it has an inline payload,
+/// after checking the payload's shape against `qp` (its segment count, its inline limit).
+#[inline]
+fn gather_shape<'p>(
+    qp: &OwnedBufferQueuePair,
+    payload: Payload<'p>,
+) -> io::Result<(usize, Option<&'p [u8]>)> {
+    Ok(match payload {
+        Payload::Empty => (0, None),
+        Payload::Segments(segments) if segments.len() > MAX_SEGMENTS => {
+            return Err(error::invalid_input("too many gather segments"));
+        }
+        Payload::Segments(segments) => (segments.len(), None),
+        Payload::Lent { .. } => (1, None),
+        Payload::Inline(bytes) => {
+            // The device must copy the bytes while posting: a longer "inline" request would
+            // leave it reading `bytes` after the post returned.
+            let limit = qp.max_inline_data();
+            if bytes.len() > limit as usize {
+                return Err(error::invalid_input(format!(
+                    "{} bytes exceed the queue pair's inline limit of {limit}",
+                    bytes.len(),
+                )));
+            }
+            (usize::from(!bytes.is_empty()), Some(bytes))
+        }
+    })
+}
+
+/// Writes the gather entries of a payload in registered memory (segments of `qp`'s buffers,
+/// or a buffer lent to it) into `entries`, checking each range; `entries` is as long as
+/// [`gather_shape`] counted. Inline and empty payloads have none here.
+#[inline]
+fn gather_entries(
+    qp: &OwnedBufferQueuePair,
+    payload: Payload<'_>,
+    entries: &mut [MaybeUninit<sys::ibv_sge>],
+) -> io::Result<()> {
+    match payload {
+        Payload::Segments(segments) => {
+            for (entry, seg) in entries.iter_mut().zip(segments) {
+                entry.write(qp.sge(*seg)?);
+            }
+        }
+        Payload::Lent { id, offset, len } => {
+            entries[0].write(qp.lent_sge(id, offset, len)?);
+        }
+        Payload::Empty | Payload::Inline(_) => {}
+    }
+    Ok(())
+}
+
+/// The send request for `req`, with `count` gather entries (`sg_list` and `next` left null).
+#[inline]
+fn send_wr(req: &WorkRequest<'_>, count: usize, inline: bool) -> sys::ibv_send_wr {
+    // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+    let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+    wr.wr_id = req.wr_id;
+    wr.num_sge = count as i32;
+    set_opcode(&mut wr, req.opcode);
+    if inline {
+        wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+    }
+    if req.signaled {
+        wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
+    }
+    wr
 }
 
 impl std::fmt::Debug for SendChain<'_> {
