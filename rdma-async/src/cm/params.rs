@@ -142,7 +142,6 @@ impl ConnParams {
             flow_control: u8::from(self.flow_control),
             retry_count: self.retry_count,
             rnr_retry_count: self.rnr_retry_count,
-            qp_num: 0,
         })
     }
 }

@@ -61,11 +61,11 @@ impl ParkedConnect {
     ///
     /// The error of `rdma_connect`; `InvalidInput` for oversized private data.
     pub fn send_request(&self, private_data: &[u8]) -> io::Result<()> {
-        let mut params = ConnParams::new()
+        let params = ConnParams::new()
             .private_data(private_data)
             .to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
-        params.qp_num = NEXT_QP_NUM.fetch_add(1, Ordering::Relaxed);
-        self.id.connect(&params)
+        self.id
+            .connect_announcing(&params, NEXT_QP_NUM.fetch_add(1, Ordering::Relaxed))
     }
 
     /// Waits for the event that ends the request, noting whether the listener accepted it first.

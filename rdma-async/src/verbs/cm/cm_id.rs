@@ -29,14 +29,12 @@ pub(crate) struct RawConnParam {
     pub(crate) flow_control: u8,
     pub(crate) retry_count: u8,
     pub(crate) rnr_retry_count: u8,
-    /// The queue pair number a request announces when its id has no queue pair (only the
-    /// parked requests of the test hooks, `--cfg rdma_async_hooks`, send one; otherwise
-    /// librdmacm announces the id's own).
-    pub(crate) qp_num: u32,
 }
 
 impl RawConnParam {
-    /// A C view of the parameters, borrowing `self.private_data`.
+    /// A C view of the parameters, borrowing `self.private_data`. It announces no queue pair
+    /// number: librdmacm announces the id's own queue pair's (an id without one sets it on the
+    /// view, see [`CmId::accept_ud`]).
     fn as_sys(&self) -> io::Result<sys::rdma_conn_param> {
         let len = u8::try_from(self.private_data.len())
             .map_err(|_| error::invalid_input("private data longer than 255 bytes"))?;
@@ -53,7 +51,7 @@ impl RawConnParam {
             retry_count: self.retry_count,
             rnr_retry_count: self.rnr_retry_count,
             srq: 0,
-            qp_num: self.qp_num,
+            qp_num: 0,
         })
     }
 }
@@ -234,7 +232,23 @@ impl CmId {
 
     /// Sends the connection request; the answer arrives as an event.
     pub(crate) fn connect(&self, param: &RawConnParam) -> io::Result<()> {
+        self.send_connect(param, None)
+    }
+
+    /// Test hook: sends the connection request of an id that has no queue pair, announcing
+    /// `qp_num` (the parked requests, `cm::ParkedConnect`); the answer arrives as an event.
+    #[cfg(rdma_async_hooks)]
+    pub(crate) fn connect_announcing(&self, param: &RawConnParam, qp_num: u32) -> io::Result<()> {
+        self.send_connect(param, Some(qp_num))
+    }
+
+    /// `rdma_connect` with `param`, announcing `qp_num` when given instead of the id's own
+    /// queue pair's.
+    fn send_connect(&self, param: &RawConnParam, qp_num: Option<u32>) -> io::Result<()> {
         let mut c = param.as_sys()?;
+        if let Some(qp_num) = qp_num {
+            c.qp_num = qp_num;
+        }
         // SAFETY: the id is valid with a resolved route; `c` borrows `param`, which outlives the
         // call (librdmacm copies the private data).
         if unsafe { sys::rdma_connect(self.raw.as_ptr(), &mut c) } != 0 {

@@ -31,6 +31,8 @@ use crate::verbs::cq::CompletionQueue;
 use crate::verbs::pd::ProtectionDomain;
 
 mod caller_memory;
+#[cfg(rdma_async_hooks)]
+mod injected_faults;
 mod owned_buffers;
 
 pub use caller_memory::CallerMemoryQueuePair;
@@ -62,9 +64,6 @@ pub struct RcQueuePair<M> {
     /// Whether the queue pair still exists: every use of it holds the read lock, so
     /// [`Self::destroy`] (the write lock) never frees it under a post.
     live: RwLock<bool>,
-    /// Test hook: the next receive post fails as if the provider refused it.
-    #[cfg(rdma_async_hooks)]
-    fail_next_post_recv: std::sync::atomic::AtomicBool,
     /// What outstanding work requests point into: dropped only after the queue pair was
     /// destroyed (by [`Self::destroy`] or `Drop::drop`), like every other field.
     memory: M,
@@ -124,8 +123,6 @@ impl<M> RcQueuePair<M> {
             max_send_sge: attr.cap.max_send_sge,
             max_recv_sge: attr.cap.max_recv_sge,
             live: RwLock::new(true),
-            #[cfg(rdma_async_hooks)]
-            fail_next_post_recv: std::sync::atomic::AtomicBool::new(false),
             memory,
             _send_cq: send_cq,
             _recv_cq: recv_cq,
@@ -162,20 +159,23 @@ impl<M> RcQueuePair<M> {
         }
     }
 
+    /// Which queue pair this is to the test hooks' [`injected_faults`]: the address of its
+    /// rdma_cm id, which it holds until it is dropped.
+    #[cfg(rdma_async_hooks)]
+    fn fault_key(&self) -> injected_faults::FaultKey {
+        Arc::as_ptr(&self.id) as injected_faults::FaultKey
+    }
+
     /// Test hook: makes the next receive post fail (`ENOMEM`, as a full receive queue would).
     #[cfg(rdma_async_hooks)]
     pub(crate) fn fail_next_post_recv(&self) {
-        self.fail_next_post_recv
-            .store(true, std::sync::atomic::Ordering::Release);
+        injected_faults::arm(self.fault_key(), injected_faults::Fault::PostRecv);
     }
 
     /// Whether this receive post is the one a test asked to fail.
     fn injected_recv_failure(&self) -> io::Result<()> {
         #[cfg(rdma_async_hooks)]
-        if self
-            .fail_next_post_recv
-            .swap(false, std::sync::atomic::Ordering::AcqRel)
-        {
+        if injected_faults::take(self.fault_key(), injected_faults::Fault::PostRecv) {
             return Err(error::call_error("ibv_post_recv", libc::ENOMEM));
         }
         Ok(())
@@ -235,5 +235,8 @@ impl<M> Drop for RcQueuePair<M> {
         // After this the device no longer accesses the QP's work requests, so its memory
         // (dropped after this) can be freed.
         self.destroy();
+        // Before the id goes (with the fields), so no later queue pair inherits these.
+        #[cfg(rdma_async_hooks)]
+        injected_faults::forget(self.fault_key());
     }
 }

@@ -13,6 +13,8 @@ use super::super::held_posting::{hold_and_post, post_recv_into};
 use super::super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 use super::super::shared_recv_queue::SharedRecvQueue;
 use super::super::work_request::{Doorbell, Opcode, Posted, Segment, set_opcode};
+#[cfg(rdma_async_hooks)]
+use super::injected_faults::{self, Fault};
 use super::{QpCaps, RcQueuePair};
 use crate::error;
 use crate::verbs::cm::CmId;
@@ -35,9 +37,6 @@ pub struct CallerMemory {
     send_posts: AtomicU64,
     /// Send-queue requests built but not yet posted ([`CallerMemoryQueuePair::ring`]).
     deferred: DeferredSends,
-    /// Test hook: the next post of deferred requests fails as if the provider refused it.
-    #[cfg(rdma_async_hooks)]
-    fail_next_ring: std::sync::atomic::AtomicBool,
 }
 
 /// A queue pair that posts caller memory, held in its in-flight table until completion.
@@ -64,8 +63,6 @@ impl CallerMemoryQueuePair {
             inline_posts: AtomicU64::new(0),
             send_posts: AtomicU64::new(0),
             deferred: DeferredSends::default(),
-            #[cfg(rdma_async_hooks)]
-            fail_next_ring: std::sync::atomic::AtomicBool::new(false),
         };
         let asked = caps.max_inline_data;
         let mut qp = Self::create(
@@ -171,7 +168,7 @@ impl CallerMemoryQueuePair {
     /// none of them.
     #[cfg(rdma_async_hooks)]
     pub(crate) fn fail_next_ring(&self) {
-        self.memory.fail_next_ring.store(true, Ordering::Release);
+        injected_faults::arm(self.fault_key(), Fault::Ring);
     }
 
     /// Whether requests left by [`Self::post_caller`] wait for [`Self::ring`].
@@ -196,8 +193,7 @@ impl CallerMemoryQueuePair {
     /// destroying the queue pair and flushing the table settles (what the connection does).
     pub(crate) fn ring(&self) -> io::Result<()> {
         #[cfg(rdma_async_hooks)]
-        if self.memory.deferred.is_waiting()
-            && self.memory.fail_next_ring.swap(false, Ordering::AcqRel)
+        if self.memory.deferred.is_waiting() && injected_faults::take(self.fault_key(), Fault::Ring)
         {
             // As a provider that refused the whole chain: none of it reaches the device.
             return self
