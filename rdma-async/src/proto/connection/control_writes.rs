@@ -10,8 +10,7 @@ use crate::proto::wr::SendKind;
 
 impl Connection {
     /// Whether a control message is due (a CTRL message, credits or a buffer grant), free
-    /// control slot or not: [`Self::poll_control`] has nothing to give without one, and the
-    /// data path asks this first, as most calls find nothing due.
+    /// control slot or not: [`Self::poll_control`] has nothing to give without one.
     #[inline]
     pub(crate) fn control_wanted(&self) -> bool {
         // After our DISCONNECT the peer will not send again; credits would be wasted.
@@ -20,10 +19,18 @@ impl Connection {
                 || (!self.control.disconnect_queued() && self.receiver.credit_update_due()))
     }
 
+    /// Whether [`Self::poll_control`] has a message now: one is due and a control slot is
+    /// free. A driver asks this before it gathers anything to post: a credit update is often
+    /// due while all four slots are in flight, and then there is nothing to do.
+    #[inline]
+    pub(crate) fn control_ready(&self) -> bool {
+        self.control.slot_free() && self.control_wanted()
+    }
+
     /// The next control message to post, if one is due and a control slot is free. Call it
     /// after every `handle_*`, `consume` and `shutdown_write`/`close` until it returns `None`.
     pub(crate) fn poll_control(&mut self) -> Option<ControlWrite> {
-        if !self.control_wanted() || !self.control.slot_free() {
+        if !self.control_ready() {
             return None;
         }
         if let Some(code) = self.control.pop_pending() {

@@ -77,7 +77,7 @@ pub(crate) const TARGET_SGL_BYTES: usize = RS_SGL_SIZE * RsSge::LEN;
 ///   [`queue_keepalive`](Self::queue_keepalive).
 /// - D. The output to poll: [`poll_control`](Self::poll_control), the next control message to
 ///   post (credits, a grant of a receive-ring half, SHUTDOWN, DISCONNECT, a keepalive) as a
-///   [`ControlWrite`](super::plan::ControlWrite), with [`control_wanted`](Self::control_wanted)
+///   [`ControlWrite`](super::plan::ControlWrite), with [`control_ready`](Self::control_ready)
 ///   as the cheap look first. Work requests go to the device in the order they were planned,
 ///   data and control alike: the connection matches send completions in that order.
 /// - E. Getters, taking `&self`, which also say who waits for what. The connection keeps no

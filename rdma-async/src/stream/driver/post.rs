@@ -14,7 +14,7 @@ impl<D: StreamDevice> StreamCore<D> {
     /// Posts every control message the protocol has due (credits, buffer grants, CTRL), with
     /// one `ibv_post_send`.
     pub(super) fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
-        if !state.conn.control_wanted() {
+        if !state.conn.control_ready() {
             return Ok(()); // most calls: nothing is due
         }
         let mut chain = self.device.chain();
@@ -29,7 +29,7 @@ impl<D: StreamDevice> StreamCore<D> {
         state: &mut CoreState,
         chain: &mut D::Chain<'_>,
     ) -> io::Result<()> {
-        if !state.conn.control_wanted() {
+        if !state.conn.control_ready() {
             return Ok(()); // most calls: nothing is due
         }
         self.push_due_controls(state, chain)

@@ -41,7 +41,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 Ok(write) => {
                     if written == 0
                         && write.len == source.remaining()
-                        && !state.conn.control_wanted()
+                        && !state.conn.control_ready()
                     {
                         self.push_data(&mut state, None, &write, &mut source)?;
                         return Poll::Ready(Ok(write.len));
