@@ -121,7 +121,7 @@ macro_rules! dial_setters {
         /// The RDMA device to go through, by name (`"rxe0"`), or a device, port and GID index
         /// ([`DeviceChoice`](crate::device::DeviceChoice), which says how the local address is
         /// picked from the port's GID table). With [`bind`](Self::bind) too, a wildcard address
-        /// lends its port and family; any other must be an address of the chosen GIDs, or the
+        /// gives its port and family; any other must be an address of the chosen GIDs, or the
         /// connect fails with `InvalidInput`. When accepting, a request that came through
         /// another device is rejected with `AddrNotAvailable`. An unknown device, port or GID
         /// index is `NotFound`, naming those there are.

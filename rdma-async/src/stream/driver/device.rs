@@ -97,8 +97,8 @@ pub(in crate::stream) trait StreamDevice {
     /// Takes a send completion into the books of the memory windows.
     fn window_completed(&self, wc: &WorkCompletion);
 
-    /// Takes back the buffer lent under `lend_id`, if it is still lent.
-    fn reclaim(&self, lend_id: u64) -> Option<UserBuffer>;
+    /// Takes back the buffer attached under `attach_id`, if it is still attached.
+    fn reclaim(&self, attach_id: u64) -> Option<UserBuffer>;
 
     /// Copies `src` into buffer `buffer` at `offset`.
     ///
@@ -262,8 +262,8 @@ impl StreamDevice for VerbsDevice {
     }
 
     #[inline]
-    fn reclaim(&self, lend_id: u64) -> Option<UserBuffer> {
-        self.qp.reclaim(lend_id)
+    fn reclaim(&self, attach_id: u64) -> Option<UserBuffer> {
+        self.qp.reclaim(attach_id)
     }
 
     #[inline]

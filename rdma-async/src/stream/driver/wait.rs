@@ -95,7 +95,7 @@ impl<D: StreamDevice> StreamCore<D> {
     /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
     /// peer meanwhile (the protocol's write probe, `proto::timers`): a dead peer then fails the
     /// probe and the writer. `blocked`: why nothing can be written, counted in the stats once
-    /// per wait (`None`: the writer waits for something else, a lent buffer's return).
+    /// per wait (`None`: the writer waits for something else, an attached buffer's return).
     pub(super) fn wait_to_write(
         &self,
         state: &mut CoreState,

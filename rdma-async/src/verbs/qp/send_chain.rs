@@ -87,7 +87,7 @@ impl<'q> SendChain<'q> {
                 return Err(error::invalid_input("too many gather segments"));
             }
             Payload::Segments(segments) => (segments.len(), None),
-            Payload::Lent { .. } => (1, None),
+            Payload::Attached { .. } => (1, None),
             Payload::Inline(bytes) => {
                 // The device must copy the bytes while posting: a longer "inline" request would
                 // leave it reading `bytes` after the post returned.
@@ -143,8 +143,8 @@ impl<'q> SendChain<'q> {
                     entry.write(self.qp.sge(*seg)?);
                 }
             }
-            (Payload::Lent { id, offset, len }, None) => {
-                entries[0].write(self.qp.lent_sge(id, offset, len)?);
+            (Payload::Attached { id, offset, len }, None) => {
+                entries[0].write(self.qp.attached_sge(id, offset, len)?);
             }
             (Payload::Empty | Payload::Inline(_), None) => {}
         }
@@ -238,11 +238,11 @@ impl<'q> SendChain<'q> {
         let head = unsafe { &mut *wr_base };
         // SAFETY: the chain is the first `len` initialised requests, linked above, each listing
         // only initialised gather entries. Those were checked by `push` against buffers this
-        // QP owns, which stay allocated and registered until after the QP is destroyed (a lent
-        // buffer stays with the QP until its owner reclaims it after the completion covering
-        // its request was polled); inline entries point into `self.inline` (or, posted alone,
-        // into the caller's bytes, borrowed for this call) and were checked against the QP's
-        // inline limit; the provider copies them during the call.
+        // QP owns, which stay allocated and registered until after the QP is destroyed (an
+        // attached buffer stays with the QP until its owner reclaims it after the completion
+        // covering its request was polled); inline entries point into `self.inline` (or, posted
+        // alone, into the caller's bytes, borrowed for this call) and were checked against the
+        // QP's inline limit; the provider copies them during the call.
         unsafe { self.qp.post_send_wr(head) }
     }
 }

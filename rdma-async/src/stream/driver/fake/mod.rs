@@ -297,7 +297,7 @@ impl StreamDevice for FakeDevice {
     fn window_completed(&self, _: &WorkCompletion) {}
 
     fn reclaim(&self, _: u64) -> Option<UserBuffer> {
-        // Nothing is ever lent to the fake (`Payload::Lent` is refused).
+        // Nothing is ever attached to the fake (`Payload::Attached` is refused).
         None
     }
 
