@@ -90,6 +90,27 @@
 //! 11. `datagram`: `RDatagram`, unreliable datagrams and multicast.
 //! 12. `integration`: hyper, axum and tonic over `RStream`.
 //! 13. `fuzzing`: the fuzz harnesses of the decoders of peer input.
+//!
+//! # Words for memory that changes hands
+//!
+//! Each way memory passes between the application, the device and the peer has its own word:
+//!
+//! - **lend**: a stream lends received bytes to the reader where they landed, in its receive
+//!   ring, without a copy (`RStream::read_lent` → `LentBytes`; in `proto`, `Connection::lend`
+//!   → `LendStep`, from `Receiver::lend`). Dropping the lent bytes gives the space back.
+//! - **view**: what the verbs floor hands out for a lend: `OwnedBufferQueuePair::view` opens a
+//!   `BufferView` of bytes that no key a peer holds and no work request can write
+//!   (`RemoteGrants::open_view`), and no memory window is bound over them until it closes.
+//! - **grant** and **revoke**: a peer is granted write access to ring bytes by sending it a
+//!   registration's or a memory window's key; revoking (deregistering, invalidating) takes it
+//!   back before those bytes are lent.
+//! - **attach**: a caller's registered buffer is attached to an `OwnedBufferQueuePair`
+//!   (`attach` returns its attach id, which work requests name as `Payload::Attached`) so the
+//!   device sends from it or receives into it without a copy (`RStream::write_region`, an
+//!   `Endpoint`'s sends from regions and receives into pool buffers); `reclaim` takes it back
+//!   once the completion of the last request that named it was polled.
+//! - **hold**: a `CallerMemoryQueuePair` holds the buffers of `rdma::RdmaConnection`'s
+//!   operations in its in-flight table (`Held`) from the post until the completion is polled.
 
 #![warn(missing_docs)]
 // docs.rs: mark items that need a cargo feature.

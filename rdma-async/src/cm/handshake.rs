@@ -87,8 +87,20 @@ impl DialOptions {
 }
 
 /// The builder methods for the [`DialOptions`] in a field named `dial`, with the same names and
-/// documentation on every options type.
+/// documentation on every options type; `dial_setters!(conn_params)` adds the setter of the
+/// [`ConnParams`] in a field named `params`, for the types whose connect and accept take them.
 macro_rules! dial_setters {
+    (conn_params) => {
+        $crate::cm::handshake::dial_setters!();
+
+        /// The parameters of `rdma_connect(3)`/`rdma_accept(3)`: private data, responder
+        /// resources and initiator depth (RDMA reads and atomics outstanding), retry counts,
+        /// flow control.
+        pub fn conn_params(mut self, params: $crate::cm::ConnParams) -> Self {
+            self.params = params;
+            self
+        }
+    };
     () => {
         /// Timeout of address and of route resolution, each (2 s by default).
         pub fn resolve_timeout(mut self, time: std::time::Duration) -> Self {
@@ -121,7 +133,7 @@ macro_rules! dial_setters {
         /// The RDMA device to go through, by name (`"rxe0"`), or a device, port and GID index
         /// ([`DeviceChoice`](crate::device::DeviceChoice), which says how the local address is
         /// picked from the port's GID table). With [`bind`](Self::bind) too, a wildcard address
-        /// lends its port and family; any other must be an address of the chosen GIDs, or the
+        /// gives its port and family; any other must be an address of the chosen GIDs, or the
         /// connect fails with `InvalidInput`. When accepting, a request that came through
         /// another device is rejected with `AddrNotAvailable`. An unknown device, port or GID
         /// index is `NotFound`, naming those there are.

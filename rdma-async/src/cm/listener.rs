@@ -94,7 +94,7 @@ impl CmListener {
     }
 
     /// As [`Self::bind_with`], listening only on the chosen device (port, GID): a wildcard
-    /// `addr` (`0.0.0.0:port`, `[::]:port`) lends its port and family and the address comes
+    /// `addr` (`0.0.0.0:port`, `[::]:port`) gives its port and family and the address comes
     /// from the port's GID table; any other address must be one of the chosen GIDs'. See
     /// [`DeviceChoice`] for how the address is picked.
     ///

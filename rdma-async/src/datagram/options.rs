@@ -109,7 +109,7 @@ impl RDatagramOptions {
 
     /// The RDMA device to bind on, by name (`"rxe0"`), or a device, port and GID index
     /// ([`DeviceChoice`], which says how the address is picked from the port's GID table). The
-    /// bind address may then be a wildcard (`0.0.0.0:port`, `[::]:port`): it lends its port and
+    /// bind address may then be a wildcard (`0.0.0.0:port`, `[::]:port`): it gives its port and
     /// family. Any other bind address must be an address of the chosen GIDs, or binding fails
     /// with `InvalidInput`; an unknown device, port or GID index is `NotFound`.
     pub fn device(mut self, choice: impl Into<DeviceChoice>) -> Self {

@@ -87,7 +87,7 @@ impl DeviceChoice {
     }
 
     /// The local address an id dialing `peer` (when known) binds to, given the explicit bind
-    /// address `bind` (kept when it agrees; a wildcard lends its port and family).
+    /// address `bind` (kept when it agrees; a wildcard gives its port and family).
     pub(crate) fn local_addr(
         &self,
         bind: Option<SocketAddr>,
@@ -377,7 +377,7 @@ mod tests {
         );
         // No peer, no family: RoCE v2, global, lowest index.
         assert_eq!(pick(rxe(), None, None).unwrap(), "[fd77::1]:0");
-        // A wildcard lends its family and port.
+        // A wildcard gives its family and port.
         assert_eq!(
             pick(rxe(), Some("0.0.0.0:7471"), None).unwrap(),
             "10.77.0.1:7471"

@@ -17,25 +17,25 @@ use crate::cm::link::CmLink;
 use crate::cm::{SlotQueue, Slots};
 use crate::verbs::OwnedBufferQueuePair;
 
+mod caller_memory;
 mod closing;
 #[cfg(rdma_async_hooks)]
 #[doc(hidden)]
 pub mod hooks;
-mod lent;
 mod options;
 mod receiving;
 mod sending;
 mod setup;
 
-use lent::SentRegion;
+use caller_memory::SentRegion;
 pub use options::EndpointOptions;
 
 const SEND_BUFFER: usize = 0;
 const RECV_BUFFER: usize = 1;
 
-/// The send slots: a region's send holds its lend id, and the region comes back as ready.
+/// The send slots: a region's send holds its attach id, and the region comes back as ready.
 type SendSlots = Slots<SentRegion, u64>;
-/// The receive slots: one posted in a pool buffer holds its lend id.
+/// The receive slots: one posted in a pool buffer holds its attach id.
 type RecvSlots = Slots<Bytes, u64>;
 
 /// A connected RDMA endpoint that exchanges messages (`IBV_WR_SEND` / posted receives).
@@ -59,10 +59,10 @@ pub struct Endpoint {
     link: CmLink,
     qp: OwnedBufferQueuePair,
     /// Slots of the send buffer; a slot is free again when its send completed. A slot that
-    /// sends from a caller's region holds its lend id; the region comes back through `ready`.
+    /// sends from a caller's region holds its attach id; the region comes back through `ready`.
     send: SlotQueue<SentRegion, u64>,
     /// Receive slots, all posted; what arrived waits in `ready`. A slot posted in a pool
-    /// buffer holds its lend id, else it is the slot of the receive buffer with its number.
+    /// buffer holds its attach id, else it is the slot of the receive buffer with its number.
     recv: SlotQueue<Bytes, u64>,
     /// Where receives land without a copy ([`EndpointOptions::recv_pool`]).
     recv_pool: Option<crate::device::BufferPool>,

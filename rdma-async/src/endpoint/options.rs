@@ -69,13 +69,7 @@ impl EndpointOptions {
         keepalive;
     }
 
-    dial_setters!();
-
-    /// Connection parameters (private data, retry counts, ...) for connect or accept.
-    pub fn conn_params(mut self, params: ConnParams) -> Self {
-        self.params = params;
-        self
-    }
+    dial_setters!(conn_params);
 
     /// Receives land in buffers of `pool` and [`Endpoint::recv`](super::Endpoint::recv) hands
     /// them out as `Bytes` without a copy; dropping the `Bytes` returns the buffer to the pool.

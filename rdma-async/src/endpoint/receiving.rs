@@ -5,7 +5,7 @@ use std::io;
 
 use bytes::Bytes;
 
-use super::lent::{self, post_receive};
+use super::caller_memory::{self, post_receive};
 use super::sending::empty_write;
 use super::{Endpoint, RECV_BUFFER, RecvSlots, SendSlots};
 use crate::verbs::wc_error;
@@ -80,8 +80,9 @@ impl Endpoint {
     fn reap_recv(&self, slots: &mut RecvSlots, wc: &WorkCompletion) {
         let max = self.max_message_size;
         let slot = wc.wr_id as usize;
-        // The completion was polled: the device is done with a lent buffer, whatever the status.
-        let lent = slots
+        // The completion was polled: the device is done with an attached buffer, whatever the
+        // status.
+        let attached = slots
             .held
             .get_mut(slot)
             .and_then(Option::take)
@@ -102,8 +103,8 @@ impl Endpoint {
         }
         // The device wrote at most the posted length; check the reported length anyway.
         let len = (wc.byte_len as usize).min(max);
-        let msg = match lent {
-            Some(buffer) => lent::received(buffer, len),
+        let msg = match attached {
+            Some(buffer) => caller_memory::received(buffer, len),
             None => {
                 // Copied straight into the new buffer, not zeroed first.
                 let mut msg = Vec::with_capacity(len);

@@ -117,9 +117,9 @@ impl Endpoint {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut order = std::mem::take(&mut slots.order);
         for done in order.complete(slot) {
-            let lent = slots.held.get_mut(done).and_then(Option::take);
+            let attached = slots.held.get_mut(done).and_then(Option::take);
             slots.release(done);
-            if let Some(id) = lent {
+            if let Some(id) = attached {
                 self.region_sent(slots, id, done != slot || wc.status.is_success());
             }
         }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tokio::net::ToSocketAddrs;
 
-use super::lent::post_receive;
+use super::caller_memory::post_receive;
 use super::sending::signal_interval;
 use super::{Endpoint, EndpointOptions};
 use crate::cm::SlotQueue;
@@ -29,8 +29,8 @@ struct EndpointParts {
     qp: OwnedBufferQueuePair,
     send_cq: AsyncCq,
     recv_cq: AsyncCq,
-    /// The lend id of each receive slot posted in a pool buffer.
-    recv_lent: Vec<Option<u64>>,
+    /// The attach id of each receive slot posted in a pool buffer.
+    recv_attached: Vec<Option<u64>>,
 }
 
 fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
@@ -65,14 +65,14 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
         Vec::new(),
     )?;
     // Receives are posted before the handshake, so the peer may send as soon as it is connected.
-    let recv_lent = (0..opts.queue.recv_depth as usize)
+    let recv_attached = (0..opts.queue.recv_depth as usize)
         .map(|slot| post_receive(&qp, opts.recv_pool.as_ref(), slot, max))
         .collect::<io::Result<_>>()?;
     Ok(EndpointParts {
         qp,
         send_cq: async_send_cq,
         recv_cq: async_recv_cq,
-        recv_lent,
+        recv_attached,
     })
 }
 
@@ -145,7 +145,7 @@ impl Endpoint {
             options.queue.recv_depth as usize,
             Some(&link),
         )?;
-        recv.try_lock()?.held = parts.recv_lent;
+        recv.try_lock()?.held = parts.recv_attached;
         Ok(Endpoint {
             send: SlotQueue::new(
                 parts.send_cq,

@@ -53,7 +53,7 @@ pub(crate) use config::Config;
 pub(crate) use conn_data::ConnData;
 pub(crate) use connection::{Connection, LocalLayout, ReadStatus, TARGET_SGL_BYTES, WriteError};
 pub(crate) use error::{ProtoError, ProtoErrorKind};
-pub(crate) use plan::{DataWrite, LendStep};
+pub(crate) use plan::{DataWrite, LendStep, WindowBind};
 pub(crate) use ring_access::RingKeys;
 pub(crate) use sender::{WriteBlocked, WriteCall};
 pub(crate) use wr::WR_ID_RECV_FLAG;

@@ -83,14 +83,7 @@ impl RdmaOptions {
         keepalive;
     }
 
-    dial_setters!();
-
-    /// The parameters of `rdma_connect(3)`/`rdma_accept(3)`: private data, responder resources
-    /// and initiator depth (RDMA reads and atomics outstanding), retry counts, flow control.
-    pub fn conn_params(mut self, params: ConnParams) -> Self {
-        self.params = params;
-        self
-    }
+    dial_setters!(conn_params);
 
     /// Receive through `srq` (shared with other connections) instead of the connection's own
     /// receive queue; [`super::RdmaConnection::recv`] then fails with `InvalidInput`. The

@@ -1,6 +1,6 @@
 //! [`RegionWrite`]: the state of one zero-copy write (`RStream::write_region`) between polls.
 //!
-//! The caller's registered buffer is lent to the stream's queue pair for the whole write: the
+//! The caller's registered buffer is attached to the stream's queue pair for the whole write: the
 //! data goes by RDMA write straight from it into the peer's ring, and it comes back once the
 //! completion of the last chunk that used it was polled (chunks complete in order).
 
@@ -9,10 +9,10 @@ use crate::verbs::UserBuffer;
 /// Where a zero-copy write is.
 #[derive(Debug)]
 pub(super) struct RegionWrite {
-    /// The buffer, until it is lent to the queue pair (and again once it is back).
+    /// The buffer, until it is attached to the queue pair (and again once it is back).
     pub(super) buffer: Option<UserBuffer>,
-    /// Its lend id while the queue pair holds it.
-    pub(super) lent: Option<u64>,
+    /// Its attach id while the queue pair holds it.
+    pub(super) attached: Option<u64>,
     /// The range of the buffer to write: `start + done .. end` is left.
     pub(super) start: usize,
     pub(super) end: usize,
@@ -25,7 +25,7 @@ impl RegionWrite {
     pub(super) fn new(buffer: UserBuffer, start: usize, end: usize) -> Self {
         RegionWrite {
             buffer: Some(buffer),
-            lent: None,
+            attached: None,
             start,
             end,
             done: 0,
@@ -38,11 +38,11 @@ impl RegionWrite {
     }
 }
 
-/// A lent buffer and the last send that names it: once that send is no longer outstanding,
+/// An attached buffer and the last send that names it: once that send is no longer outstanding,
 /// the device is done with the buffer.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct LentBuffer {
-    pub(super) lend_id: u64,
+pub(super) struct AttachedBuffer {
+    pub(super) attach_id: u64,
     pub(super) last_send: u64,
 }
 

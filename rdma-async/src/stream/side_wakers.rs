@@ -241,15 +241,21 @@ mod tests {
         c.0.load(Ordering::SeqCst)
     }
 
+    /// Two tasks' counting wakers, each registered on `side` by a readiness future of its own
+    /// (whose registration it returns: dropping it removes the future).
+    fn two_futures(side: &SideWakers) -> [(Arc<Counter>, Waker, Registration<'_>); 2] {
+        [(), ()].map(|()| {
+            let (count, waker) = counter();
+            let mut registration = side.registration();
+            side.register(Waiter::Future(&mut registration), &waker);
+            (count, waker, registration)
+        })
+    }
+
     #[test]
     fn every_pending_future_is_woken() {
         let side = Arc::new(SideWakers::default());
-        let (a, wa) = counter();
-        let (b, wb) = counter();
-        let mut ra = side.registration();
-        let mut rb = side.registration();
-        side.register(Waiter::Future(&mut ra), &wa);
-        side.register(Waiter::Future(&mut rb), &wb);
+        let [(a, _wa, _ra), (b, _wb, _rb)] = two_futures(&side);
         // What the reactor holds: the side's waker, not a task's.
         side.waker().wake();
         assert_eq!((woken(&a), woken(&b)), (1, 1));
@@ -289,12 +295,7 @@ mod tests {
     #[test]
     fn a_dropped_future_leaves_the_list_and_the_others_stay() {
         let side = Arc::new(SideWakers::default());
-        let (a, wa) = counter();
-        let (b, wb) = counter();
-        let mut ra = side.registration();
-        let mut rb = side.registration();
-        side.register(Waiter::Future(&mut ra), &wa);
-        side.register(Waiter::Future(&mut rb), &wb);
+        let [(a, wa, mut ra), (b, _wb, _rb)] = two_futures(&side);
         // Registering again replaces, never duplicates.
         side.register(Waiter::Future(&mut ra), &wa);
         assert_eq!(side.futures_waiting(), 2);
@@ -307,13 +308,8 @@ mod tests {
     #[test]
     fn the_task_being_polled_is_not_woken_and_its_futures_stay_registered() {
         let side = Arc::new(SideWakers::default());
-        let (a, wa) = counter();
-        let (b, wb) = counter();
-        let mut ra = side.registration();
-        let mut rb = side.registration();
+        let [(a, wa, _ra), (b, _wb, _rb)] = two_futures(&side);
         side.register(Waiter::Poll, &wa);
-        side.register(Waiter::Future(&mut ra), &wa);
-        side.register(Waiter::Future(&mut rb), &wb);
         // Task `a` handles completions itself in a poll function: only `b` is woken.
         let polling = Polling {
             waker: &wa,

@@ -7,7 +7,7 @@ use super::Connection;
 use crate::proto::timers::Expired;
 
 impl Connection {
-    /// A writer is about to wait, at `now` (for credits, ring space or a lent buffer). Returns
+    /// A writer is about to wait, at `now` (for credits, ring space or an attached buffer). Returns
     /// whether this starts a wait (a writer polled again with no progress in between is still
     /// in the same one); the write probe then runs until the writer makes progress.
     pub(crate) fn writer_blocked(&mut self, now: Instant) -> bool {

@@ -1,5 +1,5 @@
 //! Handling completions: polling the queue in budgeted batches, handing each completion to
-//! the protocol, reposting receives and taking back lent buffers.
+//! the protocol, reposting receives and taking back attached buffers.
 
 use std::io;
 use std::task::{Context, Poll, ready};
@@ -133,24 +133,24 @@ impl<D: StreamDevice> StreamCore<D> {
         if let Err(e) = self.device.post_empty_recvs(WR_ID_RECV_FLAG, reposts) {
             self.fatal(state, e);
         }
-        self.reclaim_lent(state);
+        self.reclaim_attached(state);
         let posted = self.post_controls(state);
         self.wakers[Side::Read as usize].wake_all_but(reader);
         self.wakers[Side::Write as usize].wake_all();
         posted
     }
 
-    /// Takes back from the queue pair every lent buffer whose last send has completed.
-    pub(super) fn reclaim_lent(&self, state: &mut CoreState) {
-        while let Some(&lent) = state.lent.front() {
-            if state.conn.is_send_outstanding(lent.last_send) {
+    /// Takes back from the queue pair every attached buffer whose last send has completed.
+    pub(super) fn reclaim_attached(&self, state: &mut CoreState) {
+        while let Some(&attached) = state.attached.front() {
+            if state.conn.is_send_outstanding(attached.last_send) {
                 return;
             }
-            state.lent.pop_front();
-            if let Some(buffer) = self.device.reclaim(lent.lend_id)
-                && !state.abandoned.remove(&lent.lend_id)
+            state.attached.pop_front();
+            if let Some(buffer) = self.device.reclaim(attached.attach_id)
+                && !state.abandoned.remove(&attached.attach_id)
             {
-                state.returned.insert(lent.lend_id, buffer);
+                state.returned.insert(attached.attach_id, buffer);
             }
         }
     }

@@ -9,11 +9,12 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::task::{Context, Poll};
 
 use crate::cm::link::CmLink;
 use crate::cm::{ConnWaiter, Woken};
-use crate::proto::Connection;
+use crate::proto::{Connection, WindowBind};
 use crate::reactor::{AsyncCq, WaitHints, WaitYields};
 use crate::verbs::{
     CompletionBatch, OwnedBufferQueuePair, SendChain, UserBuffer, WorkCompletion, WorkRequest,
@@ -77,19 +78,13 @@ pub(in crate::stream) trait StreamDevice {
     /// The device refused the post.
     fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()>;
 
-    /// Posts, alone, a bind of memory window `window` under `rkey` over range registration
-    /// `target.1` of buffer `target.0`.
+    /// Posts, alone, the bind the protocol planned: the window of ring half `bind.half`, under
+    /// `bind.rkey`, over range registration `target.1` of buffer `target.0`.
     ///
     /// # Errors
     ///
     /// No such window or range, or the device refused the post.
-    fn post_bind(
-        &self,
-        wr_id: u64,
-        window: usize,
-        target: (usize, usize),
-        rkey: u32,
-    ) -> io::Result<()>;
+    fn post_bind(&self, bind: WindowBind, target: (usize, usize)) -> io::Result<()>;
 
     /// Posts, alone and signaled, the invalidation of window `window`'s key `rkey`.
     ///
@@ -109,8 +104,8 @@ pub(in crate::stream) trait StreamDevice {
     /// Takes a send completion into the books of the memory windows.
     fn window_completed(&self, wc: &WorkCompletion);
 
-    /// Takes back the buffer lent under `lend_id`, if it is still lent.
-    fn reclaim(&self, lend_id: u64) -> Option<UserBuffer>;
+    /// Takes back the buffer attached under `attach_id`, if it is still attached.
+    fn reclaim(&self, attach_id: u64) -> Option<UserBuffer>;
 
     /// Copies `src` into buffer `buffer` at `offset`.
     ///
@@ -126,18 +121,12 @@ pub(in crate::stream) trait StreamDevice {
     /// The range is outside the buffer.
     fn read_at(&self, buffer: usize, offset: usize, dst: &mut [u8]) -> io::Result<()>;
 
-    /// Appends `len` bytes of buffer `buffer` at `offset` to `out`.
+    /// Appends the bytes at `range` of buffer `buffer` to `out`.
     ///
     /// # Errors
     ///
     /// The range is outside the buffer.
-    fn append_to(
-        &self,
-        buffer: usize,
-        offset: usize,
-        len: usize,
-        out: &mut Vec<u8>,
-    ) -> io::Result<()>;
+    fn append_to(&self, buffer: usize, range: Range<usize>, out: &mut Vec<u8>) -> io::Result<()>;
 
     /// Polls up to a batch of completions into `batch` without waiting, and returns them.
     ///
@@ -155,15 +144,9 @@ pub(in crate::stream) trait StreamDevice {
     /// How many completions the completion queue holds at most.
     fn queue_capacity(&self) -> usize;
 
-    /// Waits, as `side`'s waiter, until completions come (copied into `out`) or the
+    /// Waits, as `wait.side`'s waiter, until completions come (copied into `out`) or the
     /// connection is closed; see [`ConnWaiter::poll_wait`].
-    fn poll_wait(
-        &self,
-        side: Side,
-        cx: &mut Context<'_>,
-        out: &mut CompletionBatch<BATCH>,
-        hints: WaitHints<'_>,
-    ) -> Poll<Woken>;
+    fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken>;
 
     /// The connection's tracing span.
     fn span(&self) -> &tracing::Span;
@@ -179,6 +162,16 @@ pub(in crate::stream) trait StreamDevice {
 
     /// The error a closed connection reports (to a writer with `writing`).
     fn closed_error(&self, writing: bool) -> io::Error;
+}
+
+/// A wait of one side of the stream for its device's completions or connection events.
+pub(in crate::stream) struct SideWait<'a, 'c> {
+    /// The side that waits: each has a registration of its own with the device.
+    pub(in crate::stream) side: Side,
+    /// The context of the side's waker, which wakes every waiter of the side.
+    pub(in crate::stream) cx: &'a mut Context<'c>,
+    /// What the waiting caller knows.
+    pub(in crate::stream) hints: WaitHints<'a>,
 }
 
 /// The real device: a queue pair with its own registered rings, its completion queue, the
@@ -253,14 +246,8 @@ impl StreamDevice for VerbsDevice {
     }
 
     #[inline]
-    fn post_bind(
-        &self,
-        wr_id: u64,
-        window: usize,
-        target: (usize, usize),
-        rkey: u32,
-    ) -> io::Result<()> {
-        self.qp.post_bind(wr_id, window, target, rkey)
+    fn post_bind(&self, bind: WindowBind, target: (usize, usize)) -> io::Result<()> {
+        self.qp.post_bind(bind.wr_id, bind.half, target, bind.rkey)
     }
 
     #[inline]
@@ -279,8 +266,8 @@ impl StreamDevice for VerbsDevice {
     }
 
     #[inline]
-    fn reclaim(&self, lend_id: u64) -> Option<UserBuffer> {
-        self.qp.reclaim(lend_id)
+    fn reclaim(&self, attach_id: u64) -> Option<UserBuffer> {
+        self.qp.reclaim(attach_id)
     }
 
     #[inline]
@@ -294,14 +281,10 @@ impl StreamDevice for VerbsDevice {
     }
 
     #[inline]
-    fn append_to(
-        &self,
-        buffer: usize,
-        offset: usize,
-        len: usize,
-        out: &mut Vec<u8>,
-    ) -> io::Result<()> {
-        self.qp.buffer(buffer).append_to(offset, len, out)
+    fn append_to(&self, buffer: usize, range: Range<usize>, out: &mut Vec<u8>) -> io::Result<()> {
+        self.qp
+            .buffer(buffer)
+            .append_to(range.start, range.len(), out)
     }
 
     #[inline]
@@ -323,14 +306,9 @@ impl StreamDevice for VerbsDevice {
     }
 
     #[inline]
-    fn poll_wait(
-        &self,
-        side: Side,
-        cx: &mut Context<'_>,
-        out: &mut CompletionBatch<BATCH>,
-        hints: WaitHints<'_>,
-    ) -> Poll<Woken> {
-        self.waiters[side as usize].poll_wait(&self.cq, Some(&self.link), cx, out, hints)
+    fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken> {
+        let waiter = &self.waiters[wait.side as usize];
+        waiter.poll_wait(&self.cq, Some(&self.link), wait.cx, out, wait.hints)
     }
 
     #[inline]

@@ -54,7 +54,7 @@ use crate::error::StickyError;
 use crate::proto::{Connection, ProtoError, ProtoErrorKind};
 use crate::reactor::WaitYields;
 use crate::stream::deadline_timer::DeadlineTimer;
-use crate::stream::region_write::LentBuffer;
+use crate::stream::region_write::AttachedBuffer;
 use crate::stream::side_wakers::SideWakers;
 use crate::stream::stats::StreamStats;
 use crate::verbs::UserBuffer;
@@ -89,12 +89,12 @@ struct CoreState {
     /// due.
     timer: DeadlineTimer,
     stats: StreamStats,
-    /// Caller buffers lent to the queue pair by zero-copy writes, in post order of their last
+    /// Caller buffers attached to the queue pair by zero-copy writes, in post order of their last
     /// send.
-    lent: VecDeque<LentBuffer>,
-    /// Lent buffers the device is done with, for their writes to pick up (by lend id).
+    attached: VecDeque<AttachedBuffer>,
+    /// Attached buffers the device is done with, for their writes to pick up (by attach id).
     returned: HashMap<u64, UserBuffer>,
-    /// Lend ids of writes that were dropped: their buffers are freed when they come back.
+    /// Attach ids of writes that were dropped: their buffers are freed when they come back.
     abandoned: HashSet<u64>,
     /// An `ibv_post_send` failed: requests the protocol counts as outstanding may never have
     /// been posted, so their completions (and the buffers they would free) may never come.
@@ -162,7 +162,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 shutdown_started: false,
                 timer: DeadlineTimer::default(),
                 stats: StreamStats::default(),
-                lent: VecDeque::new(),
+                attached: VecDeque::new(),
                 returned: HashMap::new(),
                 abandoned: HashSet::new(),
                 post_failed: false,

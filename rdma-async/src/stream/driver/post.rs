@@ -48,10 +48,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 // be recorded once the provider has read the old one.
                 self.post_chain(state, chain)?;
                 let target = (RBUF, WINDOW_RANGE[bind.half]);
-                if let Err(e) = self
-                    .device
-                    .post_bind(bind.wr_id, bind.half, target, bind.rkey)
-                {
+                if let Err(e) = self.device.post_bind(bind, target) {
                     state.post_failed = true;
                     return Err(self.fatal(state, e));
                 }

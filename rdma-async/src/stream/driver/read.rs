@@ -46,7 +46,7 @@ impl<D: StreamDevice> StreamCore<D> {
         out: &mut Vec<u8>,
     ) -> io::Result<()> {
         self.take_readable(state, max, false, |offset, n| {
-            self.device.append_to(RBUF, offset, n, out)
+            self.device.append_to(RBUF, offset..offset + n, out)
         })
     }
 

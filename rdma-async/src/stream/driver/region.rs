@@ -1,10 +1,10 @@
-//! Zero-copy writes: a caller's registered buffer lent to the queue pair and sent from there.
+//! Zero-copy writes: a caller's registered buffer attached to the queue pair and sent from there.
 
 use std::io;
 use std::task::{Context, Poll, ready};
 
 use crate::proto::{WriteCall, WriteError};
-use crate::stream::region_write::{LentBuffer, RegionWrite};
+use crate::stream::region_write::{AttachedBuffer, RegionWrite};
 use crate::stream::side_wakers::{Reading, Waiter};
 use crate::verbs::Payload;
 
@@ -24,26 +24,26 @@ impl StreamCore {
         let mut state = self.lock();
         ready!(self.pump(&mut state, Some(cx), Reading::No))?;
         loop {
-            // A buffer the device is done with comes back first: the next chunks lend it
+            // A buffer the device is done with comes back first: the next chunks attach it
             // again, under a new id.
-            self.reclaim_lent(&mut state);
-            if let Some(id) = op.lent
+            self.reclaim_attached(&mut state);
+            if let Some(id) = op.attached
                 && let Some(buffer) = state.returned.remove(&id)
             {
                 op.buffer = Some(buffer);
-                op.lent = None;
+                op.attached = None;
             }
             if op.failure.is_none() && op.remaining() > 0 {
                 self.post_region(&mut state, op)?;
-                self.reclaim_lent(&mut state);
-                if let Some(id) = op.lent
+                self.reclaim_attached(&mut state);
+                if let Some(id) = op.attached
                     && let Some(buffer) = state.returned.remove(&id)
                 {
                     op.buffer = Some(buffer);
-                    op.lent = None;
+                    op.attached = None;
                 }
             }
-            if op.lent.is_none() {
+            if op.attached.is_none() {
                 if let Some(e) = op.failure.take() {
                     return Poll::Ready(Err(e));
                 }
@@ -64,19 +64,19 @@ impl StreamCore {
                 // Once the connection is gone nothing more completes: handle what is queued;
                 // a buffer still out after that stays with the queue pair.
                 self.drain(&mut state)?;
-                self.reclaim_lent(&mut state);
-                if let Some(id) = op.lent
+                self.reclaim_attached(&mut state);
+                if let Some(id) = op.attached
                     && let Some(buffer) = state.returned.remove(&id)
                 {
                     op.buffer = Some(buffer);
-                    op.lent = None;
+                    op.attached = None;
                 }
                 return Poll::Ready(Err(op.failure.take().unwrap_or(e)));
             }
         }
     }
 
-    /// Lends the write's buffer to the queue pair (unless it already is) and posts as many of
+    /// Attaches the write's buffer to the queue pair (unless it already is) and posts as many of
     /// its chunks as the peer's grants allow, then the control messages due.
     /// Records a refusal of the protocol in `op.failure`.
     pub(super) fn post_region(
@@ -87,11 +87,11 @@ impl StreamCore {
         if let Err(WriteError::Blocked(_)) = state.conn.write_readiness() {
             return Ok(()); // nothing can be posted yet
         }
-        let lend_id = match (op.lent, op.buffer.take()) {
+        let attach_id = match (op.attached, op.buffer.take()) {
             (Some(id), _) => id,
-            (None, Some(buffer)) => match self.device.qp.lend(buffer) {
+            (None, Some(buffer)) => match self.device.qp.attach(buffer) {
                 Ok(id) => {
-                    op.lent = Some(id);
+                    op.attached = Some(id);
                     id
                 }
                 Err((err, buffer)) => {
@@ -118,8 +118,8 @@ impl StreamCore {
                     break;
                 }
             };
-            let payload = Payload::Lent {
-                id: lend_id,
+            let payload = Payload::Attached {
+                id: attach_id,
                 offset: op.start + op.done,
                 len: write.len,
             };
@@ -137,13 +137,16 @@ impl StreamCore {
         match last_send {
             Some(last_send) => {
                 // The buffer's entry moves to the back: its last send is now the newest.
-                state.lent.retain(|l| l.lend_id != lend_id);
-                state.lent.push_back(LentBuffer { lend_id, last_send });
+                state.attached.retain(|l| l.attach_id != attach_id);
+                state.attached.push_back(AttachedBuffer {
+                    attach_id,
+                    last_send,
+                });
             }
-            None if !state.lent.iter().any(|l| l.lend_id == lend_id) => {
+            None if !state.attached.iter().any(|l| l.attach_id == attach_id) => {
                 // No send of it was ever posted: the device never saw it.
-                op.buffer = self.device.qp.reclaim(lend_id);
-                op.lent = None;
+                op.buffer = self.device.qp.reclaim(attach_id);
+                op.attached = None;
             }
             None => {}
         }
@@ -155,15 +158,15 @@ impl StreamCore {
 
     /// A zero-copy write was dropped: its buffer is freed when the device is done with it.
     pub(in crate::stream) fn abandon_region_write(&self, op: &mut RegionWrite) {
-        let Some(lend_id) = op.lent.take() else {
+        let Some(attach_id) = op.attached.take() else {
             return;
         };
         let mut state = self.lock();
-        if state.returned.remove(&lend_id).is_none() {
-            if state.lent.iter().any(|l| l.lend_id == lend_id) {
-                state.abandoned.insert(lend_id);
+        if state.returned.remove(&attach_id).is_none() {
+            if state.attached.iter().any(|l| l.attach_id == attach_id) {
+                state.abandoned.insert(attach_id);
             } else {
-                drop(self.device.qp.reclaim(lend_id));
+                drop(self.device.qp.reclaim(attach_id));
             }
         }
     }

@@ -15,6 +15,7 @@ use crate::stream::deadline_timer;
 use crate::stream::side_wakers::{Polling, Reading, Waiter};
 use crate::verbs::CompletionBatch;
 
+use super::device::SideWait;
 use super::{BATCH, CoreState, Side, StreamCore, StreamDevice};
 
 impl<D: StreamDevice> StreamCore<D> {
@@ -52,7 +53,12 @@ impl<D: StreamDevice> StreamCore<D> {
             task: Some(task),
             before_sleep: Some(BeforeSleep(&register)),
         };
-        let polled = self.device.poll_wait(side, &mut side_cx, &mut batch, hints);
+        let wait = SideWait {
+            side,
+            cx: &mut side_cx,
+            hints,
+        };
+        let polled = self.device.poll_wait(wait, &mut batch);
         // A wait that returns nothing ended with a look that found nothing, or needed none
         // (or ran out of budget before looking: this hold of the lock ends here).
         state.queue_empty = match &polled {
@@ -95,7 +101,7 @@ impl<D: StreamDevice> StreamCore<D> {
     /// [`Self::wait`] for a writer blocked on the peer's credits or ring space, probing the
     /// peer meanwhile (the protocol's write probe, `proto::timers`): a dead peer then fails the
     /// probe and the writer. `blocked`: why nothing can be written, counted in the stats once
-    /// per wait (`None`: the writer waits for something else, a lent buffer's return).
+    /// per wait (`None`: the writer waits for something else, an attached buffer's return).
     pub(super) fn wait_to_write(
         &self,
         state: &mut CoreState,

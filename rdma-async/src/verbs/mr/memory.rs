@@ -114,7 +114,7 @@ impl RegisteredBuffer {
         // of it, no local write through the registration, and the parts' local keys are never
         // used in work requests. The caller keeps windows away while the view lives, and
         // `&self` methods write only through raw copies that callers never aim at a range
-        // they lent out.
+        // they hold a view of.
         Some(unsafe { std::slice::from_raw_parts(ptr, len) })
     }
 

@@ -1,10 +1,10 @@
 //! What lets a peer write parts of a queue pair's own buffers through memory windows, and the
-//! views of those buffers lent out meanwhile: a view exists only while nothing a peer holds can
+//! views of those buffers open meanwhile: a view exists only while nothing a peer holds can
 //! reach its bytes, and nothing is bound over a view's bytes while it exists.
 //!
 //! A window counts as bound from the moment its bind is posted until the successful completion
 //! of its local invalidation was seen here: a flushed or failed invalidation leaves it bound
-//! for good, so its bytes are never lent (the caller copies them instead).
+//! for good, so its bytes are never lent to a reader (the caller copies them instead).
 
 use std::io;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -45,12 +45,12 @@ enum WindowState {
 #[derive(Debug, Default)]
 struct Grants {
     windows: Vec<WindowState>,
-    /// Views lent out, by id.
+    /// Open views, by id.
     views: Vec<(u64, BufferRange)>,
     next_view: u64,
 }
 
-/// The windows' bindings and the views lent out, for one queue pair.
+/// The windows' bindings and the open views, for one queue pair.
 #[derive(Debug, Default)]
 pub(crate) struct RemoteGrants {
     grants: Mutex<Grants>,
@@ -71,7 +71,7 @@ impl RemoteGrants {
     }
 
     /// Records that window `window` is about to be bound over `target`, or refuses: the
-    /// window is still bound, or a view of those bytes is lent out. `post` posts the bind; if
+    /// window is still bound, or a view of those bytes is open. `post` posts the bind; if
     /// it fails, the window stays unbound.
     pub(crate) fn bind(
         &self,
@@ -91,7 +91,7 @@ impl RemoteGrants {
         }
         if grants.views.iter().any(|(_, view)| view.overlaps(&target)) {
             return Err(error::invalid_input(
-                "a window over bytes lent out as a view: the peer could write them",
+                "a window over bytes open as a view: the peer could write them",
             ));
         }
         post()?;
@@ -137,10 +137,10 @@ impl RemoteGrants {
         }
     }
 
-    /// Lends out a view of `range` when no window is bound (or being invalidated) over it and
+    /// Opens a view of `range` when no window is bound (or being invalidated) over it and
     /// `reachable` (the buffer's own check of its registrations) says nothing else gives a peer
     /// or the device write access; returns the view's id.
-    pub(crate) fn lend(&self, range: BufferRange, reachable: bool) -> io::Result<u64> {
+    pub(crate) fn open_view(&self, range: BufferRange, reachable: bool) -> io::Result<u64> {
         let mut grants = self.lock();
         let windowed = grants.windows.iter().any(|w| match w {
             WindowState::Unbound => false,
@@ -161,7 +161,7 @@ impl RemoteGrants {
     }
 
     /// The view `id` was dropped.
-    pub(crate) fn give_back(&self, id: u64) {
+    pub(crate) fn close_view(&self, id: u64) {
         let mut grants = self.lock();
         grants.views.retain(|(view, _)| *view != id);
     }
@@ -196,11 +196,14 @@ mod tests {
     fn views_only_of_bytes_no_window_reaches_and_no_bind_over_a_view() {
         let g = RemoteGrants::new(2);
         g.bind(0, HALF_0, || Ok(())).unwrap();
-        assert!(g.lend(HALF_0, false).is_err(), "bound");
-        let view = g.lend(HALF_1, false).unwrap();
-        assert!(g.lend(HALF_1, true).is_err(), "a registration reaches it");
-        assert!(g.bind(1, HALF_1, || Ok(())).is_err(), "lent out");
-        g.give_back(view);
+        assert!(g.open_view(HALF_0, false).is_err(), "bound");
+        let view = g.open_view(HALF_1, false).unwrap();
+        assert!(
+            g.open_view(HALF_1, true).is_err(),
+            "a registration reaches it"
+        );
+        assert!(g.bind(1, HALF_1, || Ok(())).is_err(), "viewed");
+        g.close_view(view);
         g.bind(1, HALF_1, || Ok(())).unwrap();
         assert!(g.bind(1, HALF_1, || Ok(())).is_err(), "bound twice");
     }
@@ -210,21 +213,24 @@ mod tests {
         let g = RemoteGrants::new(1);
         g.bind(0, HALF_0, || Ok(())).unwrap();
         g.invalidate(0, 7, || Ok(())).unwrap();
-        assert!(g.lend(HALF_0, false).is_err(), "invalidation not complete");
+        assert!(
+            g.open_view(HALF_0, false).is_err(),
+            "invalidation not complete"
+        );
         assert!(!g.completed(&inv_done(7, WcStatus::FLUSH)));
         assert!(!g.completed(&inv_done(8, WcStatus::SUCCESS)));
         let mut send = inv_done(7, WcStatus::SUCCESS);
         send.opcode = sys::ibv_wc_opcode::IBV_WC_RDMA_WRITE;
         assert!(!g.completed(&send));
         assert!(g.completed(&inv_done(7, WcStatus::SUCCESS)));
-        g.lend(HALF_0, false).unwrap();
+        g.open_view(HALF_0, false).unwrap();
     }
 
     #[test]
     fn a_failed_post_changes_nothing() {
         let g = RemoteGrants::new(1);
         assert!(g.bind(0, HALF_0, || Err(io::Error::other("post"))).is_err());
-        g.lend(HALF_0, false).unwrap();
+        g.open_view(HALF_0, false).unwrap();
         assert!(g.invalidate(0, 1, || Ok(())).is_err(), "never bound");
     }
 }

@@ -201,11 +201,11 @@ impl<'q> SendChain<'q> {
         let head = unsafe { &mut *wr_base };
         // SAFETY: the chain is the first `len` initialised requests, linked above, each listing
         // only initialised gather entries. Those were checked by `push` against buffers this
-        // QP owns, which stay allocated and registered until after the QP is destroyed (a lent
-        // buffer stays with the QP until its owner reclaims it after the completion covering
-        // its request was polled); inline entries point into `self.inline` (or, posted alone,
-        // into the caller's bytes, borrowed for this call) and were checked against the QP's
-        // inline limit; the provider copies them during the call.
+        // QP owns, which stay allocated and registered until after the QP is destroyed (an
+        // attached buffer stays with the QP until its owner reclaims it after the completion
+        // covering its request was polled); inline entries point into `self.inline` (or, posted
+        // alone, into the caller's bytes, borrowed for this call) and were checked against the
+        // QP's inline limit; the provider copies them during the call.
         unsafe { self.qp.post_send_wr(head) }
     }
 }
@@ -236,7 +236,7 @@ impl OwnedBufferQueuePair {
         }
         // SAFETY: `wr` is one request (`next` null) whose `count` gather entries were
         // initialised above: checked by `gather_entries` against buffers this QP owns, which
-        // stay allocated and registered until after the QP is destroyed (a lent buffer stays
+        // stay allocated and registered until after the QP is destroyed (an attached buffer stays
         // with the QP until its owner reclaims it, after the completion covering this request
         // was polled), or, inline, the caller's bytes, borrowed for this call and checked
         // against the QP's inline limit by `gather_shape`; the provider copies them during the
@@ -258,7 +258,7 @@ fn gather_shape<'p>(
             return Err(error::invalid_input("too many gather segments"));
         }
         Payload::Segments(segments) => (segments.len(), None),
-        Payload::Lent { .. } => (1, None),
+        Payload::Attached { .. } => (1, None),
         Payload::Inline(bytes) => {
             // The device must copy the bytes while posting: a longer "inline" request would
             // leave it reading `bytes` after the post returned.
@@ -275,7 +275,7 @@ fn gather_shape<'p>(
 }
 
 /// Writes the gather entries of a payload in registered memory (segments of `qp`'s buffers,
-/// or a buffer lent to it) into `entries`, checking each range; `entries` is as long as
+/// or a buffer attached to it) into `entries`, checking each range; `entries` is as long as
 /// [`gather_shape`] counted. Inline and empty payloads have none here.
 #[inline]
 fn gather_entries(
@@ -289,8 +289,8 @@ fn gather_entries(
                 entry.write(qp.sge(*seg)?);
             }
         }
-        Payload::Lent { id, offset, len } => {
-            entries[0].write(qp.lent_sge(id, offset, len)?);
+        Payload::Attached { id, offset, len } => {
+            entries[0].write(qp.attached_sge(id, offset, len)?);
         }
         Payload::Empty | Payload::Inline(_) => {}
     }

@@ -57,9 +57,9 @@ pub(crate) enum Payload<'a> {
     Segments(&'a [Segment]),
     /// Bytes copied into the work request itself (at most `max_inline_data`).
     Inline(&'a [u8]),
-    /// `len` bytes at `offset` of a buffer lent to the queue pair
-    /// ([`OwnedBufferQueuePair::lend`](super::OwnedBufferQueuePair::lend)).
-    Lent { id: u64, offset: usize, len: usize },
+    /// `len` bytes at `offset` of a caller's buffer attached to the queue pair
+    /// ([`OwnedBufferQueuePair::attach`](super::OwnedBufferQueuePair::attach)).
+    Attached { id: u64, offset: usize, len: usize },
 }
 
 /// What a work request does.

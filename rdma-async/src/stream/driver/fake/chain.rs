@@ -74,7 +74,7 @@ impl PostChain for FakeChain<'_> {
                 ));
             }
             Payload::Inline(bytes) => HeldPayload::Inline(bytes.to_vec()),
-            Payload::Lent { .. } => return Err(unsupported("lent buffers")),
+            Payload::Attached { .. } => return Err(unsupported("attached buffers")),
         };
         if self.held.len() == MAX_CHAIN {
             self.post()?;

@@ -20,17 +20,21 @@ mod streams;
 use std::collections::VecDeque;
 use std::io;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::ops::Range;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use std::task::{Context, Poll, Waker};
+use std::task::{Poll, Waker};
 
 use self::chain::FakeChain;
 pub(crate) use self::streams::FakeStreams;
 use crate::cm::Woken;
-use crate::proto::{Config, ConnData, Connection, LocalLayout, TARGET_SGL_BYTES, WR_ID_RECV_FLAG};
-use crate::reactor::{BeforeSleep, WaitHints, WaitYields};
+use crate::proto::{
+    Config, ConnData, Connection, LocalLayout, TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WindowBind,
+};
+use crate::reactor::{BeforeSleep, WaitYields};
 use crate::verbs::{CompletionBatch, UserBuffer, WorkCompletion};
 
-use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, Side, StreamCore, StreamDevice};
+use super::device::SideWait;
+use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, StreamCore, StreamDevice};
 
 /// Where each end's receive ring and target SGL seem to be, and their keys (plus the end's
 /// index): what the peer's RDMA writes name.
@@ -272,17 +276,11 @@ impl StreamDevice for FakeDevice {
         Ok(())
     }
 
-    fn post_bind(
-        &self,
-        _: u64,
-        window: usize,
-        target: (usize, usize),
-        rkey: u32,
-    ) -> io::Result<()> {
+    fn post_bind(&self, bind: WindowBind, target: (usize, usize)) -> io::Result<()> {
         let mut shared = lock(&self.shared);
         shared.ends[self.end]
             .binds
-            .push((window, target.0, target.1, rkey));
+            .push((bind.half, target.0, target.1, bind.rkey));
         Ok(())
     }
 
@@ -297,7 +295,7 @@ impl StreamDevice for FakeDevice {
     fn window_completed(&self, _: &WorkCompletion) {}
 
     fn reclaim(&self, _: u64) -> Option<UserBuffer> {
-        // Nothing is ever lent to the fake (`Payload::Lent` is refused).
+        // Nothing is ever attached to the fake (`Payload::Attached` is refused).
         None
     }
 
@@ -319,16 +317,10 @@ impl StreamDevice for FakeDevice {
         Ok(())
     }
 
-    fn append_to(
-        &self,
-        buffer: usize,
-        offset: usize,
-        len: usize,
-        out: &mut Vec<u8>,
-    ) -> io::Result<()> {
+    fn append_to(&self, buffer: usize, range: Range<usize>, out: &mut Vec<u8>) -> io::Result<()> {
         let shared = lock(&self.shared);
         let src = shared.ends[self.end].buffers[buffer]
-            .get(offset..offset + len)
+            .get(range)
             .ok_or_else(out_of_range)?;
         out.extend_from_slice(src);
         Ok(())
@@ -353,13 +345,7 @@ impl StreamDevice for FakeDevice {
         self.capacity
     }
 
-    fn poll_wait(
-        &self,
-        side: Side,
-        cx: &mut Context<'_>,
-        out: &mut CompletionBatch<BATCH>,
-        hints: WaitHints<'_>,
-    ) -> Poll<Woken> {
+    fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken> {
         let mut shared = lock(&self.shared);
         let disconnected = shared.disconnected;
         let end = &mut shared.ends[self.end];
@@ -375,10 +361,10 @@ impl StreamDevice for FakeDevice {
             return Poll::Ready(Woken::Closed(Ok(())));
         }
         // Under the shared lock: whoever queues a completion next finds this waker.
-        if let Some(BeforeSleep(register)) = hints.before_sleep {
+        if let Some(BeforeSleep(register)) = wait.hints.before_sleep {
             register();
         }
-        end.wakers[side as usize] = Some(cx.waker().clone());
+        end.wakers[wait.side as usize] = Some(wait.cx.waker().clone());
         Poll::Pending
     }
 

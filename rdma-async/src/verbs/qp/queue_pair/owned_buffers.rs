@@ -1,7 +1,7 @@
 //! [`OwnedBufferQueuePair`]: a queue pair that posts from the registered buffers it owns (a
-//! stream's rings, an endpoint's message slots), and from caller buffers lent to it for
-//! zero-copy sends; memory windows over parts of its buffers, and views of bytes no peer can
-//! reach.
+//! stream's rings, an endpoint's message slots), and from caller buffers attached to it for
+//! zero-copy sends and receives; memory windows over parts of its buffers, and views of bytes
+//! no peer can reach.
 
 use std::collections::HashMap;
 use std::io;
@@ -21,26 +21,26 @@ use crate::verbs::mr::{MemoryWindow, RegisteredBuffer, UserBuffer, fill_invalida
 use crate::verbs::pd::ProtectionDomain;
 
 /// The memory of an [`OwnedBufferQueuePair`]: registered buffers that work requests index, and
-/// the caller's buffers lent to it for zero-copy sends.
+/// the caller's buffers attached to it for zero-copy sends and receives.
 #[derive(Debug)]
 pub struct OwnedBuffers {
     /// Memory windows over parts of `fixed` (a zero-copy ring's halves). Declared first:
     /// deallocated (revoking them) before the registrations they are bound to.
     windows: Vec<MemoryWindow>,
-    /// What the windows are bound over, and the views of `fixed` lent out.
+    /// What the windows are bound over, and the open views of `fixed`.
     grants: RemoteGrants,
     fixed: Vec<RegisteredBuffer>,
     /// Caller buffers that work requests may name
-    /// ([`Payload::Lent`](crate::verbs::qp::Payload::Lent)), by lend id. A buffer leaves only
-    /// through [`OwnedBufferQueuePair::reclaim`], which the owner calls once the completion
-    /// covering every request that named it was polled; otherwise it is freed with the queue
-    /// pair, after the queue pair was destroyed.
-    lent: Mutex<Lent>,
+    /// ([`Payload::Attached`](crate::verbs::qp::Payload::Attached)), by attach id. A buffer
+    /// leaves only through [`OwnedBufferQueuePair::reclaim`], which the owner calls once the
+    /// completion covering every request that named it was polled; otherwise it is freed with
+    /// the queue pair, after the queue pair was destroyed.
+    attached: Mutex<Attached>,
 }
 
-/// The lent buffers and the next lend id.
+/// The attached buffers and the next attach id.
 #[derive(Debug, Default)]
-struct Lent {
+struct Attached {
     next_id: u64,
     buffers: HashMap<u64, UserBuffer>,
 }
@@ -64,7 +64,7 @@ impl std::ops::Deref for BufferView<'_> {
 
 impl Drop for BufferView<'_> {
     fn drop(&mut self) {
-        self.grants.give_back(self.id);
+        self.grants.close_view(self.id);
     }
 }
 
@@ -92,7 +92,7 @@ impl OwnedBufferQueuePair {
             grants: RemoteGrants::new(windows.len()),
             windows,
             fixed: buffers,
-            lent: Mutex::default(),
+            attached: Mutex::default(),
         };
         Self::create(id, pd, send_cq, recv_cq, caps, 1, None, memory)
     }
@@ -183,7 +183,7 @@ impl OwnedBufferQueuePair {
         let id = self
             .memory
             .grants
-            .lend(range, fixed.may_be_written(offset, len))?;
+            .open_view(range, fixed.may_be_written(offset, len))?;
         match fixed.unreachable_view(offset, len) {
             Some(bytes) => Ok(BufferView {
                 grants: &self.memory.grants,
@@ -191,7 +191,7 @@ impl OwnedBufferQueuePair {
                 bytes,
             }),
             None => {
-                self.memory.grants.give_back(id);
+                self.memory.grants.close_view(id);
                 Err(io::Error::other(format!(
                     "bytes {offset}+{len} of buffer {buffer} cannot be viewed"
                 )))
@@ -225,10 +225,11 @@ impl OwnedBufferQueuePair {
         &self._pd
     }
 
-    /// Lends `buffer` to the queue pair, so that work requests can send from it
-    /// ([`Payload::Lent`](crate::verbs::qp::Payload::Lent) with the returned id). It must be
-    /// registered on the queue pair's protection domain.
-    pub(crate) fn lend(&self, buffer: UserBuffer) -> Result<u64, (io::Error, UserBuffer)> {
+    /// Attaches `buffer` to the queue pair, so that work requests can send from it
+    /// ([`Payload::Attached`](crate::verbs::qp::Payload::Attached) with the returned id) or
+    /// receive into it ([`Self::post_recv_attached`]). It must be registered on the queue
+    /// pair's protection domain.
+    pub(crate) fn attach(&self, buffer: UserBuffer) -> Result<u64, (io::Error, UserBuffer)> {
         if !Arc::ptr_eq(buffer.registered().pd(), &self._pd) {
             let err = error::invalid_input(format!(
                 "the region is registered in another device context (protection domain) than \
@@ -237,50 +238,54 @@ impl OwnedBufferQueuePair {
             ));
             return Err((err, buffer));
         }
-        let mut lent = self
+        let mut attached = self
             .memory
-            .lent
+            .attached
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        let id = lent.next_id;
-        lent.next_id += 1;
-        lent.buffers.insert(id, buffer);
+        let id = attached.next_id;
+        attached.next_id += 1;
+        attached.buffers.insert(id, buffer);
         Ok(id)
     }
 
-    /// Takes back lent buffer `id`. Call it only once the completion covering every work
+    /// Takes back attached buffer `id`. Call it only once the completion covering every work
     /// request that named it was polled (or none was posted): the device may read it until
     /// then.
     pub(crate) fn reclaim(&self, id: u64) -> Option<UserBuffer> {
-        let mut lent = self
+        let mut attached = self
             .memory
-            .lent
+            .attached
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        lent.buffers.remove(&id)
+        attached.buffers.remove(&id)
     }
 
-    /// The gather entry for `len` bytes at `offset` of lent buffer `id`, after checking them.
-    pub(in crate::verbs::qp) fn lent_sge(
+    /// The gather entry for `len` bytes at `offset` of attached buffer `id`, after checking them.
+    pub(in crate::verbs::qp) fn attached_sge(
         &self,
         id: u64,
         offset: usize,
         len: usize,
     ) -> io::Result<sys::ibv_sge> {
-        self.with_lent(id, |buffer| buffer.registered().sge(offset, len))
+        self.with_attached(id, |buffer| buffer.registered().sge(offset, len))
     }
 
-    /// Runs `f` on lent buffer `id`.
-    fn with_lent<R>(&self, id: u64, f: impl FnOnce(&UserBuffer) -> io::Result<R>) -> io::Result<R> {
-        let lent = self
+    /// Runs `f` on attached buffer `id`.
+    fn with_attached<R>(
+        &self,
+        id: u64,
+        f: impl FnOnce(&UserBuffer) -> io::Result<R>,
+    ) -> io::Result<R> {
+        let attached = self
             .memory
-            .lent
+            .attached
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        f(lent
+        f(attached
             .buffers
             .get(&id)
-            .ok_or_else(|| error::invalid_input(format!("no lent buffer {id}")))?)
+            .ok_or_else(|| error::invalid_input(format!("no attached buffer {id}")))?)
     }
 
     /// The scatter/gather entry of `segment`, after checking it against the buffer it names.
@@ -329,14 +334,14 @@ impl OwnedBufferQueuePair {
         Ok(())
     }
 
-    /// Posts a receive into the first `len` bytes of lent buffer `id` (which must be writable
+    /// Posts a receive into the first `len` bytes of attached buffer `id` (which must be writable
     /// by the device; reclaim it only after this receive's completion was polled).
-    pub(crate) fn post_recv_lent(&self, wr_id: u64, id: u64, len: usize) -> io::Result<()> {
-        let sge = self.with_lent(id, |buffer| {
+    pub(crate) fn post_recv_attached(&self, wr_id: u64, id: u64, len: usize) -> io::Result<()> {
+        let sge = self.with_attached(id, |buffer| {
             let registered = buffer.registered();
             if !registered.locally_writable() {
                 return Err(error::invalid_input(format!(
-                    "lent buffer {id} is read-only: the device cannot receive into it"
+                    "attached buffer {id} is read-only: the device cannot receive into it"
                 )));
             }
             registered.sge(0, len)
@@ -352,7 +357,7 @@ impl OwnedBufferQueuePair {
             num_sge: 1,
         };
         // SAFETY: `wr` and its entry live across the call; the device may write only a checked
-        // range of a buffer this QP owns (fixed or lent) and frees after destroying the QP.
+        // range of a buffer this QP owns (fixed or attached) and frees after destroying the QP.
         unsafe { self.post_recv_chain(&mut wr) }
     }
 

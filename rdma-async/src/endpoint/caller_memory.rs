@@ -41,7 +41,7 @@ pub(super) fn received(buffer: UserBuffer, len: usize) -> Bytes {
     Bytes::from_owner(ReceivedMessage { region, len })
 }
 
-/// Posts receive `slot`: into a buffer of `pool` when it has one free (its lend id is returned),
+/// Posts receive `slot`: into a buffer of `pool` when it has one free (its attach id is returned),
 /// else into the slot's part of the endpoint's receive buffer.
 pub(super) fn post_receive(
     qp: &OwnedBufferQueuePair,
@@ -50,8 +50,8 @@ pub(super) fn post_receive(
     max: usize,
 ) -> io::Result<Option<u64>> {
     if let Some(region) = pool.and_then(|pool| pool.try_get(max).ok()) {
-        let id = qp.lend(region.into_user().0).map_err(|(e, _)| e)?;
-        return match qp.post_recv_lent(slot as u64, id, max) {
+        let id = qp.attach(region.into_user().0).map_err(|(e, _)| e)?;
+        return match qp.post_recv_attached(slot as u64, id, max) {
             Ok(()) => Ok(Some(id)),
             Err(e) => {
                 // Nothing was posted: the buffer goes back to the pool.
@@ -107,7 +107,7 @@ impl Endpoint {
             ));
             return (Err(e), Some(region));
         }
-        let id = match self.qp.lend(region.into_user().0) {
+        let id = match self.qp.attach(region.into_user().0) {
             Ok(id) => id,
             Err((e, buffer)) => return (Err(e), Some(B::from_user(Carried(buffer)))),
         };
@@ -130,7 +130,7 @@ impl Endpoint {
         let req = WorkRequest {
             wr_id: slot as u64,
             opcode: Opcode::Send { imm: None },
-            payload: Payload::Lent { id, offset, len },
+            payload: Payload::Attached { id, offset, len },
             signaled: true,
         };
         // Signaled: this call waits for its completion to give the region back.
@@ -184,7 +184,7 @@ impl Endpoint {
     }
 }
 
-/// A lent region not posted yet: dropping the call takes it back (nothing reads it).
+/// An attached region not posted yet: dropping the call takes it back (nothing reads it).
 struct Unposted<'a> {
     endpoint: &'a Endpoint,
     id: Option<u64>,
