@@ -13,10 +13,18 @@ use super::{CTRL, CTRL_SLOT, CoreState, PostChain, RBUF, SBUF, StreamCore, Strea
 impl<D: StreamDevice> StreamCore<D> {
     /// Posts every control message the protocol has due (credits, buffer grants, CTRL), with
     /// one `ibv_post_send`.
+    #[inline]
     pub(super) fn post_controls(&self, state: &mut CoreState) -> io::Result<()> {
         if !state.conn.control_ready() {
-            return Ok(()); // most calls: nothing is due
+            return Ok(()); // most calls (every flush, most reads): nothing is due
         }
+        self.post_due_controls(state)
+    }
+
+    /// [`Self::post_controls`] once something is due: out of line, so that the calls that find
+    /// nothing cost the look alone, without a call and a send chain's stack frame.
+    #[inline(never)]
+    fn post_due_controls(&self, state: &mut CoreState) -> io::Result<()> {
         let mut chain = self.device.chain();
         self.push_due_controls(state, &mut chain)?;
         self.post_chain(state, &mut chain)
