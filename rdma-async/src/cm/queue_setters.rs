@@ -1,7 +1,8 @@
 //! [`QueueOptions`], the queue options (depths, inline size, busy-poll, keepalive) that
-//! `EndpointOptions`, `RdmaOptions` and `RDatagramOptions` each embed, and [`queue_setters!`],
-//! their builder methods, written once with their clamping and the part of their documentation
-//! that holds for every transport.
+//! `EndpointOptions`, `RdmaOptions`, `RDatagramOptions` and `RStreamOptions` each embed, and
+//! [`queue_setters!`], their builder methods, written once with their clamping and the part of
+//! their documentation that holds for every transport (`RStreamOptions` keeps rsockets' names
+//! and defaults for its setters instead).
 
 use std::time::Duration;
 

@@ -1,4 +1,5 @@
-//! Whether an operation alone on its queue first lets the other tasks ready on its thread run.
+//! Whether an operation alone on its queue first lets the other tasks ready on its thread run
+//! ([`LoneYield`]), and how it does ([`run_ready_tasks`]).
 //!
 //! Many tasks each doing one operation at a time would otherwise run one at a time: the lone
 //! operation spins until it completes, and the others cannot post beside it meanwhile. But a
@@ -9,6 +10,7 @@
 //! operations keep yielding.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::task::Poll;
 
 /// Lone operations that spin without yielding after a yield that found nobody posting beside
 /// it. It bounds how long tasks that start posting together run one at a time (that many round
@@ -40,6 +42,24 @@ impl LoneYield {
         let skip = if joined { 0 } else { SKIP_AFTER_IDLE_YIELD };
         self.skip.store(skip, Ordering::Relaxed);
     }
+}
+
+/// Lets the tasks that are ready to run on this thread run, once: the task wakes itself and
+/// returns `Pending`, which Tokio's schedulers treat as a yield (a task goes to the back of its
+/// worker's run queue, and wakes no other worker while it is the only one there). Unlike
+/// `tokio::task::yield_now`, it does not wait for the I/O driver to be polled first, which
+/// costs a system call where no other task is ready.
+pub(crate) async fn run_ready_tasks() {
+    let mut yielded = false;
+    std::future::poll_fn(|cx| {
+        if std::mem::replace(&mut yielded, true) {
+            Poll::Ready(())
+        } else {
+            cx.waker().wake_by_ref();
+            Poll::Pending
+        }
+    })
+    .await;
 }
 
 #[cfg(test)]

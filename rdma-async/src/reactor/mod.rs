@@ -2,7 +2,9 @@
 //! ([`AsyncCq`]), per-task registrations of channel descriptors ([`FdWaiter`]), the order of
 //! sends that signal only some work requests ([`SendOrder`]), and the busy-poll and yield
 //! heuristics of a wait, all here: how long to spin ([`SpinPolicy`]), when a waiting task lets
-//! others run ([`WaitYields`]), and when an operation alone on its queue does ([`LoneYield`]).
+//! others run ([`WaitYields`]), when an operation alone on its queue does ([`LoneYield`], by
+//! [`run_ready_tasks`]), and when a task that dispatches completions lets the operations it
+//! woke run ([`DispatchYield`]).
 //!
 //! The verbs objects themselves (`crate::verbs`) know nothing of Tokio; this module turns their
 //! channel descriptors into readiness that tasks can wait for. Waiting on a connection (its
@@ -10,6 +12,7 @@
 
 mod arm_state;
 mod async_cq;
+mod dispatch_yield;
 mod fd_waiter;
 mod lone_yield;
 mod miss_backoff;
@@ -19,8 +22,9 @@ mod spin_window;
 mod yield_policy;
 
 pub(crate) use async_cq::{AsyncCq, BeforeSleep, WaitHints};
+pub(crate) use dispatch_yield::DispatchYield;
 pub(crate) use fd_waiter::FdWaiter;
-pub(crate) use lone_yield::LoneYield;
+pub(crate) use lone_yield::{LoneYield, run_ready_tasks};
 pub(crate) use send_order::SendOrder;
 pub(crate) use spin_policy::SpinPolicy;
 pub(crate) use yield_policy::WaitYields;

@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::cm::handshake::{DialOptions, dial_setters};
+use crate::cm::queue_setters::QueueOptions;
 use crate::proto::Config;
 
 /// How long a dropped stream waits by default for its data to be acknowledged (see
@@ -24,12 +25,10 @@ const RSOCKET_CONFIG_DIR: &str = "/etc/rdma/rsocket";
 pub struct RStreamOptions {
     pub(crate) send_buffer_size: u32,
     pub(crate) recv_buffer_size: u32,
-    pub(crate) sq_size: u32,
-    pub(crate) rq_size: u32,
-    pub(crate) inline_size: u32,
-    pub(crate) busy_poll: Duration,
+    /// Queue depths, inline size, busy-poll and keepalive, as every transport's: `send_depth`
+    /// and `recv_depth` are rsockets' `sq_size` and `rq_size`, `max_inline` its `inline_size`.
+    pub(crate) queue: QueueOptions,
     pub(crate) dial: DialOptions,
-    pub(crate) keepalive: Option<Duration>,
     pub(crate) zero_copy_reads: bool,
     pub(crate) linger: Duration,
 }
@@ -63,12 +62,14 @@ impl RStreamOptions {
         RStreamOptions {
             send_buffer_size: num("wmem_default", base.sbuf_size()),
             recv_buffer_size: num("mem_default", base.rbuf_size()),
-            sq_size: num("sqsize_default", base.sq_size()),
-            rq_size: num("rqsize_default", base.rq_size()),
-            inline_size: num("inline_default", base.inline_size()),
-            busy_poll: Duration::from_micros(read_number(dir, "polling_time").unwrap_or(10)),
+            queue: QueueOptions {
+                send_depth: num("sqsize_default", base.sq_size()),
+                recv_depth: num("rqsize_default", base.rq_size()),
+                max_inline: num("inline_default", base.inline_size()),
+                busy_poll: Duration::from_micros(read_number(dir, "polling_time").unwrap_or(10)),
+                keepalive: None,
+            },
             dial: DialOptions::default(),
-            keepalive: None,
             zero_copy_reads: false,
             linger: DEFAULT_LINGER,
         }
@@ -88,19 +89,19 @@ impl RStreamOptions {
 
     /// Send queue depth (rsockets' `RDMA_SQSIZE`).
     pub fn sq_size(mut self, depth: u32) -> Self {
-        self.sq_size = depth;
+        self.queue.send_depth = depth;
         self
     }
 
     /// Receive queue depth, which is also the credits granted to the peer (`RDMA_RQSIZE`).
     pub fn rq_size(mut self, depth: u32) -> Self {
-        self.rq_size = depth;
+        self.queue.recv_depth = depth;
         self
     }
 
     /// Writes up to this size go inline in the work request (`RDMA_INLINE`).
     pub fn inline_size(mut self, bytes: u32) -> Self {
-        self.inline_size = bytes;
+        self.queue.max_inline = bytes;
         self
     }
 
@@ -123,7 +124,7 @@ impl RStreamOptions {
     /// (`StreamStats::waits_yielded`). With no other task to run the yields come back at once;
     /// waits whose yields keep finding nothing make the following waits sleep at once.
     pub fn busy_poll(mut self, time: Duration) -> Self {
-        self.busy_poll = time;
+        self.queue.busy_poll = time;
         self
     }
 
@@ -133,7 +134,7 @@ impl RStreamOptions {
     /// `interval`, so a dead peer surfaces as an error on this side (rsockets' `SO_KEEPALIVE` with
     /// `TCP_KEEPIDLE`).
     pub fn keepalive(mut self, interval: Duration) -> Self {
-        self.keepalive = Some(interval);
+        self.queue.keepalive = Some(interval);
         self
     }
 
@@ -166,9 +167,9 @@ impl RStreamOptions {
         Config::new()
             .with_sbuf_size(self.send_buffer_size)
             .with_rbuf_size(self.recv_buffer_size)
-            .with_sq_size(self.sq_size)
-            .with_rq_size(self.rq_size)
-            .with_inline_size(self.inline_size)
+            .with_sq_size(self.queue.send_depth)
+            .with_rq_size(self.queue.recv_depth)
+            .with_inline_size(self.queue.max_inline)
     }
 }
 
@@ -184,13 +185,13 @@ mod tests {
             (
                 d.send_buffer_size,
                 d.recv_buffer_size,
-                d.sq_size,
-                d.rq_size,
-                d.inline_size
+                d.queue.send_depth,
+                d.queue.recv_depth,
+                d.queue.max_inline
             ),
             (131072, 131072, 384, 384, 64)
         );
-        assert_eq!(d.busy_poll, Duration::from_micros(10));
+        assert_eq!(d.queue.busy_poll, Duration::from_micros(10));
 
         let dir = std::env::temp_dir().join(format!("rdma-async-conf-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -205,10 +206,13 @@ mod tests {
         let o = RStreamOptions::from_config_dir(&dir);
         std::fs::remove_dir_all(&dir).unwrap();
         assert_eq!(
-            (o.recv_buffer_size, o.sq_size, o.busy_poll),
+            (o.recv_buffer_size, o.queue.send_depth, o.queue.busy_poll),
             (8192, 64, Duration::ZERO)
         );
-        assert_eq!(o.inline_size, 64, "an unreadable value keeps the default");
+        assert_eq!(
+            o.queue.max_inline, 64,
+            "an unreadable value keeps the default"
+        );
         assert_eq!(o.send_buffer_size, 131072);
     }
 }

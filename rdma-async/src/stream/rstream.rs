@@ -272,7 +272,7 @@ impl RStream {
         options: &RStreamOptions,
     ) -> io::Result<RStream> {
         let core = Arc::new(StreamCore::new(parts, link)?);
-        if let Some(interval) = options.keepalive {
+        if let Some(interval) = options.queue.keepalive {
             spawn_keepalive(&core, interval);
         }
         Ok(RStream {

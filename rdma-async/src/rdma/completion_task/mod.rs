@@ -18,7 +18,7 @@ use std::task::{Poll, ready};
 use std::time::Duration;
 
 use crate::cm::{ConnWaiter, Woken};
-use crate::reactor::WaitHints;
+use crate::reactor::{DispatchYield, WaitHints};
 use crate::verbs::CompletionBatch;
 
 mod conn_shared;
@@ -85,8 +85,7 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
     let mut batch = CompletionBatch::<32>::new();
     let mut link_open = true;
     let mut closing = false;
-    // Completions dispatched since this task last let other tasks run.
-    let mut woken_unrun = 0;
+    let mut dispatch_yield = DispatchYield::default();
     // Armed when closing starts.
     let drain_deadline = tokio::time::sleep(DRAIN_LIMIT);
     tokio::pin!(drain_deadline);
@@ -104,15 +103,10 @@ async fn completion_loop(mut exit: TaskExit, peer: std::net::SocketAddr) {
             // Once its close was seen, the link is no longer watched.
             woken = reap(&shared, &waiter, attending, link_open, &mut batch) => {
                 match woken {
-                    // `reap` dispatched them, waking their operations. Those may run on this
-                    // thread (a current-thread runtime, or this worker's queue): once half of
-                    // what is in flight waits for its operation to run, let them post their
-                    // next requests before this task spins for more, or it holds the thread
-                    // for its busy-poll windows while the queue it watches runs dry.
+                    // `reap` dispatched them, waking their operations, which may have to run
+                    // on this thread (`DispatchYield` decides when they get their turn).
                     Woken::Completions(Ok(n)) => {
-                        woken_unrun += n;
-                        if woken_unrun * 2 >= shared.table.outstanding() {
-                            woken_unrun = 0;
+                        if dispatch_yield.dispatched(n, shared.table.outstanding()) {
                             tokio::task::yield_now().await;
                         }
                     }

@@ -9,6 +9,7 @@ use tokio::sync::{Semaphore, TryAcquireError};
 use tokio::task::coop;
 
 use super::conn_shared::ConnShared;
+use crate::reactor::run_ready_tasks;
 use crate::verbs::{Held, InFlightTable, Ticket, WorkCompletion, WorkQueue};
 
 /// For the arm that cannot be reached: [`post_and_wait`] gives back exactly the buffers it was
@@ -226,24 +227,6 @@ impl Drop for Claim<'_> {
             }
         }
     }
-}
-
-/// Lets the tasks that are ready to run on this thread run, once: the task wakes itself and
-/// returns `Pending`, which Tokio's schedulers treat as a yield (a task goes to the back of its
-/// worker's run queue, and wakes no other worker while it is the only one there). Unlike
-/// `tokio::task::yield_now`, it does not wait for the I/O driver to be polled first, which
-/// costs a system call where no other task is ready.
-async fn run_ready_tasks() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if std::mem::replace(&mut yielded, true) {
-            Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await;
 }
 
 #[cfg(test)]

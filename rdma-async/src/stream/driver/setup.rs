@@ -30,7 +30,11 @@ pub(in crate::stream) fn build(
 ) -> io::Result<(StreamParts, Option<Vec<u8>>)> {
     let config = opts.config();
     let pd = opts.dial.context_for(id)?.pd().clone();
-    let async_cq = AsyncCq::create(id, config.sq_size() + config.rq_size(), opts.busy_poll)?;
+    let async_cq = AsyncCq::create(
+        id,
+        config.sq_size() + config.rq_size(),
+        opts.queue.busy_poll,
+    )?;
     let cq = async_cq.queue();
     let remote_write = Access {
         remote_write: true,

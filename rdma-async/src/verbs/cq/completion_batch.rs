@@ -7,7 +7,7 @@
 
 use std::mem::MaybeUninit;
 
-use super::work::WorkCompletion;
+use super::work_completion::WorkCompletion;
 
 /// The most completions one `ibv_poll_cq` call returns here.
 pub(crate) const MAX_POLL: usize = 32;

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use rdma_async_sys as sys;
 
 use super::completion_batch::{CompletionBatch, MAX_POLL};
-use super::work::WorkCompletion;
+use super::work_completion::WorkCompletion;
 use crate::error;
 use crate::verbs::cm::CmId;
 use crate::verbs::device::{

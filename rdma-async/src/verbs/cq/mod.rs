@@ -5,9 +5,9 @@
 mod completion_batch;
 mod completion_queue;
 mod wc_error;
-mod work;
+mod work_completion;
 
 pub(crate) use completion_batch::CompletionBatch;
 pub(crate) use completion_queue::{CompletionChannel, CompletionQueue};
 pub(crate) use wc_error::{completion_error, wc_error};
-pub(crate) use work::{WcStatus, WorkCompletion};
+pub(crate) use work_completion::{WcStatus, WorkCompletion};
