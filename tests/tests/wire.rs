@@ -22,11 +22,8 @@ use rdma_async_tests::{guard, test_ip};
 use tokio::io::AsyncWriteExt;
 use tokio_stream::StreamExt;
 
-mod greeter {
-    tonic::include_proto!("greeter");
-}
-use greeter::HelloRequest;
-use greeter::greeter_client::GreeterClient;
+use rdma_async_tests::greeter::HelloRequest;
+use rdma_async_tests::greeter::greeter_client::GreeterClient;
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rstream_echo_full_duplex_and_half_close() {

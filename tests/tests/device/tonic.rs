@@ -14,12 +14,9 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
-mod greeter {
-    tonic::include_proto!("greeter");
-}
-use greeter::greeter_client::GreeterClient;
-use greeter::greeter_server::{Greeter, GreeterServer};
-use greeter::{HelloReply, HelloRequest};
+use rdma_async_tests::greeter::greeter_client::GreeterClient;
+use rdma_async_tests::greeter::greeter_server::{Greeter, GreeterServer};
+use rdma_async_tests::greeter::{HelloReply, HelloRequest};
 
 const MESSAGES: u32 = 1000;
 
