@@ -1,4 +1,4 @@
-//! Helpers of the wire tests (`tests/tests/wire*.rs`), which run on node 1 of a
+//! Helpers of the wire tests (`tests/tests/wire/`), which run on node 1 of a
 //! `scripts/softroce --pair` boot while their peers run on node 2 through `scripts/on-peer`.
 
 use std::io;

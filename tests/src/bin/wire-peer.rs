@@ -1,4 +1,4 @@
-//! The node-2 side of the wire tests (`tests/tests/wire*.rs`), started there through
+//! The node-2 side of the wire tests (`tests/tests/wire/`), started there through
 //! `scripts/on-peer`. Each role serves until it is killed and prints `ready` once it listens.
 //!
 //! ```text

@@ -3,8 +3,8 @@
 //! retries). A writer blocked on credits (nothing in flight: only its probes can notice), a
 //! reader with keepalive, `Endpoint` and `RdmaConnection` receivers with keepalive and an RDMA
 //! write each end with `TimedOut` naming the peer; once the wire is back, the process connects
-//! again and moves data, and its RDMA resources return to where they were. One test in its own
-//! binary: it counts the process's resources.
+//! again and moves data, and its RDMA resources return to where they were. One test, alone in its
+//! process (`scripts/wire-tests` runs each module in its own): it counts the process's resources.
 //!
 //! Bound: a probe (or keepalive) within 1 s, then the transport's retries: on Soft-RoCE with
 //! rdma_cm's default ACK timeout (exponent 19, about 2.1 s a try) about 7 × 2.1 s ≈ 15 s.

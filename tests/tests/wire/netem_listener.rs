@@ -3,8 +3,8 @@
 //! parked mid-handshake, when `tc netem loss 100%` cuts the wire. The listener goes on serving a
 //! client of its own node (rxe loops that traffic back inside node 1), the parked handshakes end
 //! at the listener's `accept_timeout`, the established connections by their keepalive, and this
-//! process's RDMA resources return to where they were. One test in its own binary: it counts the
-//! process's resources.
+//! process's RDMA resources return to where they were. One test, alone in its process
+//! (`scripts/wire-tests` runs each module in its own): it counts the process's resources.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! ends hash it) and nothing hangs; hyper (HTTP/1.1 and HTTP/2) and tonic (unary, server and
 //! bidirectional streaming) keep working on the impaired wire too. Soft-RoCE recovers from loss slowly under emulation, so
 //! the volumes are small. The connections are set up on a clean wire; only the transfers run
-//! on the impaired one. One test at a time (`scripts/wire-tests` runs this binary with one
+//! on the impaired one. One test at a time (`scripts/wire-tests` runs this module with one
 //! thread, and a lock keeps the wire to one test anyway).
 
 use std::net::SocketAddr;

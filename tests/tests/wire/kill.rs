@@ -1,8 +1,8 @@
 //! A peer process killed mid-transfer across the wire (`kill -9` of C `rstream` on node 2): our
 //! server reads every byte that arrived, intact, then `ConnectionReset` (it never closed, so
 //! bytes may be missing: never a clean end-of-stream), never wrong bytes; the listener goes on serving the next client, and once the connections are gone
-//! this process's RDMA resources are back where they were. One test in its own binary: it
-//! counts the process's resources.
+//! this process's RDMA resources are back where they were. One test, alone in its process
+//! (`scripts/wire-tests` runs each module in its own): it counts the process's resources.
 
 use std::io;
 use std::net::SocketAddr;

@@ -388,7 +388,7 @@ async fn c_rstream_client_across_the_wire_with_our_server() {
     }
 }
 
-#[path = "../../examples/rping.rs"]
+#[path = "../../../examples/rping.rs"]
 #[allow(dead_code)]
 mod rping_example;
 

@@ -11,7 +11,8 @@
 //! `RDMA_ASYNC_SOAK_LOCAL_BYTES`, both defaulting to `RDMA_ASYNC_SOAK_BYTES`, else the CI sizes
 //! below; `RDMA_ASYNC_SOAK_RDMA_BYTES` (moved by the random RDMA operations of each
 //! connection, default a quarter of the wire volume). `RDMA_ASYNC_SOAK_SEED` replays a seed.
-//! The only test of its binary: resource counts are process-wide.
+//! The only test of its module, alone in its process (`scripts/wire-tests` and `scripts/soak` run
+//! it so): resource counts are process-wide.
 
 use std::net::SocketAddr;
 
