@@ -22,8 +22,8 @@ use rdma_async::device::{
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::tools::{output_of, wait_port_state};
-use rdma_async_tests::{endpoint_pair, err_kind, guard, rdma_pair, stream_pair, test_addr};
+use rdma_async_device_tests::tools::{output_of, wait_port_state};
+use rdma_async_device_tests::{endpoint_pair, err_kind, guard, rdma_pair, stream_pair, test_addr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 

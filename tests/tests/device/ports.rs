@@ -4,8 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rdma_async::device::{DeviceContext, GidKind, LinkLayer, PortState, devices};
-use rdma_async_tests::tools::output_of;
-use rdma_async_tests::{test_ip, test_ip6};
+use rdma_async_device_tests::tools::output_of;
+use rdma_async_device_tests::{test_ip, test_ip6};
 
 /// `ibv_devinfo -v -d <dev>`'s GID lines of port 1: (index, GID as printed, type).
 fn devinfo_gids(text: &str) -> Vec<(u32, String, String)> {

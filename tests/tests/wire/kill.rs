@@ -8,12 +8,12 @@ use std::io;
 use std::net::SocketAddr;
 
 use rdma_async::stream::RListener;
-use rdma_async_tests::argv;
-use rdma_async_tests::rstream_peer::{
+use rdma_async_device_tests::argv;
+use rdma_async_device_tests::rstream_peer::{
     Counter, c_rstream_verify_args, recv, rstream_exchange, send,
 };
-use rdma_async_tests::wire::{PeerJob, peer_ip};
-use rdma_async_tests::{guard, leak_counts, settled_counts, test_ip};
+use rdma_async_device_tests::wire::{PeerJob, peer_ip};
+use rdma_async_device_tests::{guard, leak_counts, settled_counts, test_ip};
 use tokio::io::AsyncReadExt;
 
 /// C rstream's client in verify mode against `addr`: `-S size -C xfers -I 1`.

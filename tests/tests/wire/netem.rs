@@ -10,18 +10,18 @@
 use std::net::SocketAddr;
 
 use rdma_async::stream::RStream;
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::guard_within;
-use rdma_async_tests::tools::example;
-use rdma_async_tests::wire::{
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::guard_within;
+use rdma_async_device_tests::tools::example;
+use rdma_async_device_tests::wire::{
     Fnv, IMPAIRED, Netem, PeerJob, WIRE, check_greeting_get, connect_retrying, http_client,
     log_warnings, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
     transport_counters, try_echo_through,
 };
 use tokio_stream::StreamExt;
 
-use rdma_async_tests::greeter::HelloRequest;
-use rdma_async_tests::greeter::greeter_client::GreeterClient;
+use rdma_async_device_tests::greeter::HelloRequest;
+use rdma_async_device_tests::greeter::greeter_client::GreeterClient;
 
 const STREAM_BYTES: usize = 256 << 10;
 const RDMA_BYTES: usize = 256 << 10;

@@ -17,9 +17,11 @@ use std::io;
 use std::net::SocketAddr;
 
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::test_ip;
-use rdma_async_tests::wire::{IMPAIRED, Netem, PeerJob, WIRE, log_warnings, peer_ip, peer_program};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::test_ip;
+use rdma_async_device_tests::wire::{
+    IMPAIRED, Netem, PeerJob, WIRE, log_warnings, peer_ip, peer_program,
+};
 use tokio::io::AsyncReadExt;
 
 /// Reads until end-of-stream or an error; what arrived, and how it ended.

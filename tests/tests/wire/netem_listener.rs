@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::wire::{Netem, PeerJob, peer_ip, peer_program};
-use rdma_async_tests::{guard_within, leak_counts, settled_counts, test_ip};
+use rdma_async_device_tests::wire::{Netem, PeerJob, peer_ip, peer_program};
+use rdma_async_device_tests::{guard_within, leak_counts, settled_counts, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 

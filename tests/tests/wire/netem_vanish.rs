@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::streams::fill_until_blocked;
-use rdma_async_tests::wire::{
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::streams::fill_until_blocked;
+use rdma_async_device_tests::wire::{
     Netem, PeerJob, connect_after_outage, connect_retrying, echo_through, peer_ip, peer_program,
     rdma_client,
 };
-use rdma_async_tests::{guard_within, leak_counts, settled_counts};
+use rdma_async_device_tests::{guard_within, leak_counts, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Hang guard (a bound for the test, not a timing assertion).
