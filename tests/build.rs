@@ -1,4 +1,4 @@
-//! Generates the greeter's gRPC code (for tests/device/tonic.rs) from the examples' proto, with a vendored protoc.
+//! Generates the greeter's gRPC code (the `greeter` module, for the tonic tests) from the examples' proto, with a vendored protoc.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut config = tonic_prost_build::Config::new();

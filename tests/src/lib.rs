@@ -1,9 +1,9 @@
 //! Helpers shared by the device tests, one concept a module: addresses ([`addr`]), test data
 //! ([`data`]), bound sockets ([`sockets`]) and connected pairs ([`pairs`]), what tests do to a
-//! connected stream ([`streams`]), librdmacm's C tools and other programs ([`tools`]),
-//! unmodified programs over rsockets ([`preload`]), and RDMA resource counts for the leak tests
-//! ([`leaks`]). The common ones are re-exported here, with the hang guard and the checks of an
-//! error that every test binary uses.
+//! connected stream ([`streams`]), librdmacm's C tools and other programs ([`tools`]), unmodified
+//! programs over rsockets ([`preload`]), the greeter's gRPC code ([`greeter`]), and RDMA resource
+//! counts for the leak tests ([`leaks`]). The common ones are re-exported here, with the hang guard
+//! and the checks of an error that every test binary uses.
 //!
 //! The tests play misbehaving peers through rdma-async's test hooks, which exist only under
 //! `--cfg rdma_async_hooks`: the workspace's `.cargo/config.toml` sets it (a `RUSTFLAGS`
@@ -21,6 +21,7 @@ use rdma_async::error::{CompletionError, cause};
 
 pub mod addr;
 pub mod data;
+pub mod greeter;
 pub mod leaks;
 pub mod pairs;
 pub mod preload;

@@ -1,4 +1,4 @@
-//! The soak (`tests/tests/wire_soak.rs`, `scripts/soak`, and `wire-peer soak` on node 2): an
+//! The soak (`tests/tests/wire/soak.rs`, `scripts/soak`, and `wire-peer soak` on node 2): an
 //! `RStream` moving a volume each way through split halves with random write and read sizes
 //! (1 B to 1 MiB) and random drops of pending read and write futures, hashing both ends; and
 //! `RdmaConnection` random reads and writes with canaries around the target. Everything random

@@ -1,4 +1,4 @@
-//! Helpers of the wire tests (`tests/tests/wire*.rs`), which run on node 1 of a
+//! Helpers of the wire tests (`tests/tests/wire/`), which run on node 1 of a
 //! `scripts/softroce --pair` boot while their peers run on node 2 through `scripts/on-peer`.
 
 use std::io;
@@ -6,6 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
 use rdma_async::stream::RStream;
@@ -232,6 +233,12 @@ where
     }
     panic!("node 2's server never accepted: {last:?}");
 }
+
+/// The wire is shared: the tests that impair it hold this, one impairment at a time.
+pub static WIRE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Hang guard for a transfer on an impaired wire (a bound, not a timing assertion).
+pub const IMPAIRED: Duration = Duration::from_secs(240);
 
 /// A netem qdisc on node 2's NIC and, unless only the peer's packets are to suffer, node 1's
 /// (each impairs what its node sends), removed on drop.

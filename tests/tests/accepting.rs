@@ -14,9 +14,9 @@ use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::pairs::stream_pair_on;
-use rdma_async_tests::streams::echo_once;
-use rdma_async_tests::{guard, leak_counts, listener, rlistener_with, settled_counts};
+use rdma_async_device_tests::pairs::stream_pair_on;
+use rdma_async_device_tests::streams::echo_once;
+use rdma_async_device_tests::{guard, leak_counts, listener, rlistener_with, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 

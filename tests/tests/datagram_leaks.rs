@@ -6,7 +6,7 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use rdma_async_tests::{assert_no_rdma_resources, datagram, guard, rdma_resources, test_ip};
+use rdma_async_device_tests::{assert_no_rdma_resources, datagram, guard, rdma_resources, test_ip};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_sockets_and_cut_resolutions_leak_nothing() {

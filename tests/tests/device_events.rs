@@ -22,8 +22,8 @@ use rdma_async::device::{
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::tools::wait_port_state;
-use rdma_async_tests::{endpoint_pair, err_kind, guard, rdma_pair, stream_pair, test_addr};
+use rdma_async_device_tests::tools::{output_of, wait_port_state};
+use rdma_async_device_tests::{endpoint_pair, err_kind, guard, rdma_pair, stream_pair, test_addr};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
@@ -33,20 +33,15 @@ const ADDR: &str = "10.77.9.1";
 /// Set in the child.
 const CHILD: &str = "RDMA_ASYNC_DEVICE_EVENTS_CHILD";
 
-/// Runs a command to completion: its standard output.
-async fn run(program: &str, args: &[&str]) -> String {
-    rdma_async_tests::tools::output_of(program, args).await
-}
-
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_device_by_name_and_its_port_events() {
     if std::env::var_os(CHILD).is_some() {
         return child().await;
     }
-    run("ip", &["link", "add", NETDEV, "type", "dummy"]).await;
-    run("ip", &["addr", "add", &format!("{ADDR}/24"), "dev", NETDEV]).await;
-    run("ip", &["link", "set", NETDEV, "up"]).await;
-    run(
+    output_of("ip", &["link", "add", NETDEV, "type", "dummy"]).await;
+    output_of("ip", &["addr", "add", &format!("{ADDR}/24"), "dev", NETDEV]).await;
+    output_of("ip", &["link", "set", NETDEV, "up"]).await;
+    output_of(
         "rdma",
         &["link", "add", SECOND, "type", "rxe", "netdev", NETDEV],
     )
@@ -70,8 +65,8 @@ async fn a_second_device_by_name_and_its_port_events() {
     eprintln!("{err}");
 
     // The child is gone, so nothing holds rxe1 open: it can be deleted.
-    run("rdma", &["link", "delete", SECOND]).await;
-    run("ip", &["link", "del", NETDEV]).await;
+    output_of("rdma", &["link", "delete", SECOND]).await;
+    output_of("ip", &["link", "del", NETDEV]).await;
     assert!(child.status.success(), "the child's checks failed: {err}");
     assert!(
         out.contains("test result: ok. 1 passed"),
@@ -114,8 +109,8 @@ async fn second_device_by_name() {
     // One address on both netdevs: the GID tables of both devices have it, and rdma_cm binds
     // it to one of them (rxe1 here). Choosing the other is refused once rdma_cm has bound the
     // id, naming both; choosing that one works.
-    run("ip", &["addr", "add", "10.77.8.1/32", "dev", "rdma0"]).await;
-    run("ip", &["addr", "add", "10.77.8.1/32", "dev", NETDEV]).await;
+    output_of("ip", &["addr", "add", "10.77.8.1/32", "dev", "rdma0"]).await;
+    output_of("ip", &["addr", "add", "10.77.8.1/32", "dev", NETDEV]).await;
     let bind = |choice: Option<&str>| {
         let mut opts = RDatagramOptions::new();
         if let Some(c) = choice {
@@ -138,8 +133,8 @@ async fn second_device_by_name() {
             && msg.contains(&format!("not on the chosen RDMA device {other}")),
         "{msg}"
     );
-    run("ip", &["addr", "del", "10.77.8.1/32", "dev", "rdma0"]).await;
-    run("ip", &["addr", "del", "10.77.8.1/32", "dev", NETDEV]).await;
+    output_of("ip", &["addr", "del", "10.77.8.1/32", "dev", "rdma0"]).await;
+    output_of("ip", &["addr", "del", "10.77.8.1/32", "dev", NETDEV]).await;
 
     // Accepting with rxe0 chosen a request that came through rxe1 (to a wildcard listener):
     // refused, and the client is told.
@@ -261,7 +256,7 @@ async fn port_events() {
     let (server, _) = accepted.unwrap();
     let mut client = connected.unwrap();
 
-    run("ip", &["link", "set", NETDEV, "down"]).await;
+    output_of("ip", &["link", "set", NETDEV, "down"]).await;
     let seen = next_of(&mut events, DeviceEventKind::PortError).await;
     // What Soft-RoCE does to a connection whose port went down: the write is taken (it only
     // posts), but rxe finds no route out of a down netdev and fails the work request with
@@ -273,7 +268,7 @@ async fn port_events() {
     let key = (SECOND.to_owned(), 1);
     assert_eq!(port_states().get(&key), Some(&PortState::Down));
 
-    run("ip", &["link", "set", NETDEV, "up"]).await;
+    output_of("ip", &["link", "set", NETDEV, "up"]).await;
     let seen = next_of(&mut events, DeviceEventKind::PortActive).await;
     assert_eq!(seen.last().unwrap().port, Some(1));
     assert_eq!(device.port_state(1).unwrap(), PortState::Active);

@@ -17,8 +17,8 @@ use std::time::Duration;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::tools::wait_port_state;
-use rdma_async_tests::{
+use rdma_async_device_tests::tools::wait_port_state;
+use rdma_async_device_tests::{
     datagram, endpoint_pair, guard, rdma_pair, rlistener, stream_pair, test_ip,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

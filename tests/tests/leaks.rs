@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::{assert_no_rdma_resources, guard, listener, rdma_resources};
+use rdma_async_device_tests::{assert_no_rdma_resources, guard, listener, rdma_resources};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_connect_and_accept_futures_leak_nothing() {

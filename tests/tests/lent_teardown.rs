@@ -11,7 +11,7 @@ use std::io;
 use rdma_async::__test_hooks::{Teardown, fail_next_teardown};
 use rdma_async::stream::RStreamOptions;
 use rdma_async::stream::hooks;
-use rdma_async_tests::{guard, leak_counts, settled_counts, stream_pair};
+use rdma_async_device_tests::{guard, leak_counts, settled_counts, stream_pair};
 use tokio::io::AsyncWriteExt;
 
 /// `EBUSY`, as a provider refusing to deregister memory still in use answers.

@@ -7,7 +7,7 @@ use std::ptr::NonNull;
 
 use rdma_async::device::{ForeignMemory, PoolOptions};
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
-use rdma_async_tests::{rdma_pair, rdma_resources};
+use rdma_async_device_tests::{rdma_pair, rdma_resources};
 
 fn regions() -> usize {
     rdma_resources("mr").unwrap()

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::task::Poll;
 
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteSlice};
-use rdma_async_tests::{assert_no_rdma_resources, guard, rdma_pair, rdma_resources};
+use rdma_async_device_tests::{assert_no_rdma_resources, guard, rdma_pair, rdma_resources};
 
 const ROUNDS: usize = 2000;
 const SLOTS: u32 = 8;

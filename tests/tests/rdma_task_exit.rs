@@ -7,8 +7,8 @@
 
 use rdma_async::rdma::hooks;
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::{
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::{
     LEAK_KINDS, assert_no_rdma_resources, guard, poll_once, rdma_pair, rdma_resources,
     settled_counts,
 };

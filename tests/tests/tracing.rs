@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::stream::RStream;
-use rdma_async_tests::{guard, rlistener, test_ip};
+use rdma_async_device_tests::{guard, rlistener, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Everything the subscriber printed.

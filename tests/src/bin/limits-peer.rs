@@ -17,7 +17,7 @@ use std::net::SocketAddr;
 use rdma_async::cm::CmListener;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::test_ip;
+use rdma_async_device_tests::test_ip;
 
 /// Prints the outcome of one step on a line of its own.
 fn report<T>(name: &str, result: &io::Result<T>) {

@@ -1,4 +1,4 @@
-//! The node-2 side of the wire tests (`tests/tests/wire*.rs`), started there through
+//! The node-2 side of the wire tests (`tests/tests/wire/`), started there through
 //! `scripts/on-peer`. Each role serves until it is killed and prints `ready` once it listens.
 //!
 //! ```text
@@ -25,7 +25,7 @@
 //!                                 (`process::exit` with the stream open), `kill` (sends
 //!                                 itself SIGKILL)
 //! wire-peer soak PORT BYTES SEED PEER_SEED
-//!                                 the far end of the stream soak (rdma_async_tests::soak): one
+//!                                 the far end of the stream soak (rdma_async_device_tests::soak): one
 //!                                 connection, BYTES each way; prints what it sent and received,
 //!                                 its RSS, and its RDMA resource counts once all is dropped
 //!                                 (which must be zero, and RSS grow less than 64 MiB), then exits
@@ -40,11 +40,11 @@ use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
-use rdma_async_tests::soak::{rss_kib, soak_stream};
-use rdma_async_tests::test_ip;
-use rdma_async_tests::wire::Fnv;
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
+use rdma_async_device_tests::soak::{rss_kib, soak_stream};
+use rdma_async_device_tests::test_ip;
+use rdma_async_device_tests::wire::Fnv;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn arg(args: &[String], i: usize) -> &str {

@@ -12,7 +12,7 @@ use rdma_async::device::{DeviceChoice, DeviceContext, devices};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::{err_kind, guard, test_addr, test_ip, test_ip6};
+use rdma_async_device_tests::{err_kind, guard, test_addr, test_ip, test_ip6};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The device of the test address (rxe0 in the Soft-RoCE guest).

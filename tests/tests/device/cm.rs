@@ -7,8 +7,10 @@ use std::time::Duration;
 use rdma_async::cm::{CmError, ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA};
 use rdma_async::endpoint::hooks;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::pairs::endpoint_pair_on;
-use rdma_async_tests::{endpoint_pair, err_kind, guard, listener, test_addr, test_addr6, test_ip};
+use rdma_async_device_tests::pairs::endpoint_pair_on;
+use rdma_async_device_tests::{
+    endpoint_pair, err_kind, guard, listener, test_addr, test_addr6, test_ip,
+};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_accept_echo() {

@@ -5,8 +5,8 @@ use std::io;
 
 use rdma_async::device::DeviceContext;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, SharedReceiveQueue};
-use rdma_async_tests::pairs::rdma_pair_on;
-use rdma_async_tests::{err_kind, guard, listener, rdma_pair, test_ip};
+use rdma_async_device_tests::pairs::rdma_pair_on;
+use rdma_async_device_tests::{err_kind, guard, listener, rdma_pair, test_ip};
 
 /// Sends `payload` from `from` (in `region`, which may come from any connection's context) and
 /// receives it on `to`; returns what arrived.

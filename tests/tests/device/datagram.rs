@@ -6,8 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
-use rdma_async_tests::data::cyclic;
-use rdma_async_tests::{datagram, err_kind, guard, test_addr, test_addr6, test_ip, test_ip6};
+use rdma_async_device_tests::data::cyclic;
+use rdma_async_device_tests::{
+    datagram, err_kind, guard, test_addr, test_addr6, test_ip, test_ip6,
+};
 
 /// Echoes every datagram back to its sender until it has echoed `count`.
 async fn echo(server: Arc<RDatagram>, count: usize) -> io::Result<()> {

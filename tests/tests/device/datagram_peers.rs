@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use rdma_async::datagram::hooks;
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
-use rdma_async_tests::{datagram, guard, test_ip};
+use rdma_async_device_tests::{datagram, guard, test_ip};
 
 /// `RDatagramOptions::max_peers`'s documented default.
 const DEFAULT_MAX_PEERS: usize = 1024;

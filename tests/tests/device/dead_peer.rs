@@ -10,8 +10,8 @@ use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::RStreamOptions;
 use rdma_async::{endpoint, rdma, stream};
-use rdma_async_tests::streams::fill_until_blocked;
-use rdma_async_tests::{completion_status, endpoint_pair, guard, rdma_pair, stream_pair};
+use rdma_async_device_tests::streams::fill_until_blocked;
+use rdma_async_device_tests::{completion_status, endpoint_pair, guard, rdma_pair, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// `IBV_WC_RETRY_EXC_ERR`: the transport's retries ran out.

@@ -8,7 +8,7 @@ use std::io;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::RStreamOptions;
-use rdma_async_tests::{
+use rdma_async_device_tests::{
     datagram, endpoint_pair, guard, poll_once, rdma_pair, stream_pair, test_ip,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

@@ -4,8 +4,8 @@
 //! The examples are built by `scripts/test` (`cargo build --examples`), which exports their
 //! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
 
-use rdma_async_tests::test_ip;
-use rdma_async_tests::tools::{
+use rdma_async_device_tests::test_ip;
+use rdma_async_device_tests::tools::{
     EXCHANGE_DONE, Tool, UDADDY_PORT, example, greeter_server, http_server,
 };
 

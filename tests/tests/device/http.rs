@@ -21,8 +21,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::RStream;
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::{guard, rlistener};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::{guard, rlistener};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{Barrier, mpsc};
 

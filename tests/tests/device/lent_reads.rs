@@ -5,10 +5,10 @@
 
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::rstream_peer::{Counter, c_rstream_verify_args, send};
-use rdma_async_tests::tools::finish_tool_printing;
-use rdma_async_tests::{guard, rlistener_with, spawn_tool, stream_pair};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::rstream_peer::{Counter, c_rstream_verify_args, send};
+use rdma_async_device_tests::tools::finish_tool_printing;
+use rdma_async_device_tests::{guard, rlistener_with, spawn_tool, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The receive ring of these tests: two halves of 32 KiB.
@@ -209,7 +209,12 @@ async fn c_rstream_writes_into_a_lending_ring() {
     let listener = rlistener_with(lending()).await;
     let addr = listener.local_addr().unwrap();
     let mut args = c_rstream_verify_args(SIZE, XFERS, 1);
-    args.extend(rdma_async_tests::argv!["-s", addr.ip(), "-p", addr.port()]);
+    args.extend(rdma_async_device_tests::argv![
+        "-s",
+        addr.ip(),
+        "-p",
+        addr.port()
+    ]);
     let child = spawn_tool("rstream", &args);
     let (mut stream, _) = guard("accept from C rstream", listener.accept())
         .await

@@ -19,9 +19,9 @@ use rdma_async::cm::{CmError, CmListener};
 use rdma_async::error::cause;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::streams::echo_once;
-use rdma_async_tests::tools::{finish_tool, package_program};
-use rdma_async_tests::{guard, listener, rlistener};
+use rdma_async_device_tests::streams::echo_once;
+use rdma_async_device_tests::tools::{finish_tool, package_program};
+use rdma_async_device_tests::{guard, listener, rlistener};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 

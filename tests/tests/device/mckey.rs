@@ -8,8 +8,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use rdma_async::datagram::RDatagram;
-use rdma_async_tests::tools::{EXCHANGE_DONE, Tool};
-use rdma_async_tests::{argv, datagram, err_kind, guard, test_ip, test_ip6};
+use rdma_async_device_tests::tools::{EXCHANGE_DONE, Tool};
+use rdma_async_device_tests::{argv, datagram, err_kind, guard, test_ip, test_ip6};
 
 const COUNT: usize = 10;
 const SIZE: usize = 100;

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rdma_async::device::{DeviceContext, ForeignMemory};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess};
-use rdma_async_tests::{err_kind, guard, rdma_pair};
+use rdma_async_device_tests::{err_kind, guard, rdma_pair};
 
 /// Sets its flag when dropped: shows when a region lets go of its memory's owner.
 struct DropFlag(Arc<AtomicBool>);

@@ -7,7 +7,7 @@ use std::task::Poll;
 
 use rdma_async::device::{PoolOptions, PoolStats};
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
-use rdma_async_tests::{err_kind, guard, rdma_pair};
+use rdma_async_device_tests::{err_kind, guard, rdma_pair};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pool_buffers_carry_sends_and_writes_and_come_back_when_dropped() {
@@ -124,7 +124,7 @@ async fn endpoint_pair_with_pool(
     rdma_async::endpoint::Endpoint,
 ) {
     use rdma_async::endpoint::{Endpoint, EndpointOptions};
-    let listener = rdma_async_tests::listener().await;
+    let listener = rdma_async_device_tests::listener().await;
     let addr = listener.local_addr();
     let plain = EndpointOptions::new().recv_depth(4).max_message_size(4096);
     let pooled = plain.clone().recv_pool(pool.clone());
@@ -141,8 +141,8 @@ async fn endpoint_pair_with_pool(
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_receives_land_in_pool_buffers_handed_out_as_bytes() {
-    let ctx =
-        rdma_async::device::DeviceContext::for_local_addr(rdma_async_tests::test_ip()).unwrap();
+    let ctx = rdma_async::device::DeviceContext::for_local_addr(rdma_async_device_tests::test_ip())
+        .unwrap();
     let pool = ctx
         .buffer_pool(
             &PoolOptions::new()
@@ -201,11 +201,12 @@ async fn endpoint_receives_land_in_pool_buffers_handed_out_as_bytes() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endpoint_sends_go_straight_from_pool_buffers() {
     use rdma_async::endpoint::EndpointOptions;
-    let (server, client) =
-        rdma_async_tests::pairs::endpoint_pair(&EndpointOptions::new().max_message_size(4096))
-            .await;
-    let ctx =
-        rdma_async::device::DeviceContext::for_local_addr(rdma_async_tests::test_ip()).unwrap();
+    let (server, client) = rdma_async_device_tests::pairs::endpoint_pair(
+        &EndpointOptions::new().max_message_size(4096),
+    )
+    .await;
+    let ctx = rdma_async::device::DeviceContext::for_local_addr(rdma_async_device_tests::test_ip())
+        .unwrap();
     let pool = ctx
         .buffer_pool(&PoolOptions::new().size_classes([8192]).max_bytes(4 * 8192))
         .unwrap();

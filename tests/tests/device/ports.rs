@@ -4,12 +4,8 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use rdma_async::device::{DeviceContext, GidKind, LinkLayer, PortState, devices};
-use rdma_async_tests::{test_ip, test_ip6};
-
-/// Runs a command to completion: its standard output.
-async fn run(program: &str, args: &[&str]) -> String {
-    rdma_async_tests::tools::output_of(program, args).await
-}
+use rdma_async_device_tests::tools::output_of;
+use rdma_async_device_tests::{test_ip, test_ip6};
 
 /// `ibv_devinfo -v -d <dev>`'s GID lines of port 1: (index, GID as printed, type).
 fn devinfo_gids(text: &str) -> Vec<(u32, String, String)> {
@@ -68,7 +64,7 @@ async fn ports_and_gids_match_ibv_devinfo_rdma_link_and_ip_addr() {
     assert!(port.active_mtu >= 256, "{port:?}");
 
     // rdma link: state and netdev.
-    let link = run("rdma", &["link", "show", &format!("{name}/1")]).await;
+    let link = output_of("rdma", &["link", "show", &format!("{name}/1")]).await;
     assert!(
         link.contains(&format!("state {}", port.state)),
         "rdma link says {link:?}, we say {port:?}"
@@ -80,7 +76,7 @@ async fn ports_and_gids_match_ibv_devinfo_rdma_link_and_ip_addr() {
     );
 
     // ibv_devinfo -v: every GID with its index and type, nothing more, nothing less.
-    let devinfo = run("ibv_devinfo", &["-v", "-d", &name, "-i", "1"]).await;
+    let devinfo = output_of("ibv_devinfo", &["-v", "-d", &name, "-i", "1"]).await;
     let theirs = devinfo_gids(&devinfo);
     assert!(!theirs.is_empty(), "no GID lines in {devinfo}");
     // ibv_devinfo prints a GID as an IPv6 address (`::ffff:10.77.0.1`), as an IPv4 address or
@@ -97,7 +93,7 @@ async fn ports_and_gids_match_ibv_devinfo_rdma_link_and_ip_addr() {
     assert_eq!(ours, theirs, "ours vs ibv_devinfo -v:\n{devinfo}");
 
     // ip addr: the test addresses are GIDs of the port, and every GID's IP is on its netdev.
-    let addrs = run("ip", &["-o", "addr", "show", "dev", &netdev]).await;
+    let addrs = output_of("ip", &["-o", "addr", "show", "dev", &netdev]).await;
     let ips: Vec<IpAddr> = port.gids.iter().filter_map(|g| g.ip).collect();
     for wanted in [test_ip(), test_ip6()] {
         let gid = port

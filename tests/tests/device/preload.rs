@@ -10,10 +10,10 @@
 use std::net::SocketAddr;
 
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::preload::{finish_with_input, preloaded, run_on_files};
-use rdma_async_tests::tools::http_server;
-use rdma_async_tests::{argv, connect_when_listening, guard, rlistener, test_ip};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::preload::{finish_with_input, preloaded, run_on_files};
+use rdma_async_device_tests::tools::http_server;
+use rdma_async_device_tests::{argv, connect_when_listening, guard, rlistener, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Size of the body curl posts to `/echo`.

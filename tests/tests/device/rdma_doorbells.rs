@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use rdma_async::rdma::hooks;
 use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion, SharedRegion};
-use rdma_async_tests::{guard, rdma_pair};
+use rdma_async_device_tests::{guard, rdma_pair};
 use tokio::task::JoinSet;
 
 use super::rdma_ops::{advertise, learn, sync};

@@ -10,8 +10,8 @@ use std::task::Poll;
 use rdma_async::rdma::{
     LocalRegion, RdmaConnection, RdmaOptions, ReceivedOp, RemoteAccess, RemoteRegion, SharedRegion,
 };
-use rdma_async_tests::data::cyclic;
-use rdma_async_tests::{completion_status, guard, rdma_pair};
+use rdma_async_device_tests::data::cyclic;
+use rdma_async_device_tests::{completion_status, guard, rdma_pair};
 
 /// Sends `region`'s descriptor as a 16-byte message (as rping does).
 pub(super) async fn advertise(conn: &RdmaConnection, region: &SharedRegion) {

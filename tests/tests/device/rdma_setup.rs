@@ -7,8 +7,10 @@ use std::net::{Ipv6Addr, SocketAddr};
 use rdma_async::cm::{CmListener, IdOptions};
 use rdma_async::device::{AtomicCapability, devices};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, SharedReceiveQueue};
-use rdma_async_tests::pairs::rdma_pair_on;
-use rdma_async_tests::{err_kind, guard, listener, rdma_pair, test_addr, test_addr6, test_ip};
+use rdma_async_device_tests::pairs::rdma_pair_on;
+use rdma_async_device_tests::{
+    err_kind, guard, listener, rdma_pair, test_addr, test_addr6, test_ip,
+};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn device_attributes_like_ibv_devinfo() {

@@ -8,7 +8,7 @@ use std::io;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::stream::RStreamOptions;
 use rdma_async::{endpoint, stream};
-use rdma_async_tests::{endpoint_pair, guard, stream_pair};
+use rdma_async_device_tests::{endpoint_pair, guard, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[track_caller]

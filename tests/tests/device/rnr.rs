@@ -10,7 +10,7 @@ use std::time::Duration;
 use rdma_async::cm::ConnParams;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::{endpoint, rdma};
-use rdma_async_tests::{guard, rdma_pair};
+use rdma_async_device_tests::{guard, rdma_pair};
 
 /// The RNR NAKs the port of `conn` has received so far (rxe's `rcvd_rnr_err` counter).
 fn rnr_naks_received(conn: &RdmaConnection) -> u64 {
@@ -97,7 +97,7 @@ async fn the_rnr_timer_is_set_on_both_queue_pairs() {
     let (server, client) = rdma_pair(&opts).await;
     assert_eq!(rdma::hooks::min_rnr_timer(&client).unwrap(), 3);
     assert_eq!(rdma::hooks::min_rnr_timer(&server).unwrap(), 3);
-    let (server, client) = rdma_async_tests::endpoint_pair(
+    let (server, client) = rdma_async_device_tests::endpoint_pair(
         &rdma_async::endpoint::EndpointOptions::new()
             .conn_params(ConnParams::new().min_rnr_timer(1)),
     )

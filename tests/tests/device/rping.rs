@@ -3,7 +3,7 @@
 //! in-process. Both sides use the same `-S`: C rping reads and writes the advertised length into
 //! its own `-S` buffer.
 
-use rdma_async_tests::{
+use rdma_async_device_tests::{
     argv, connect_when_listening, finish_tool, guard, listener, spawn_tool, test_ip,
 };
 

@@ -12,8 +12,8 @@ use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async::{datagram, endpoint, rdma, stream};
-use rdma_async_tests::pairs::{endpoint_pair_on, rdma_pair_on};
-use rdma_async_tests::{err_kind, guard, test_ip, test_ip6};
+use rdma_async_device_tests::pairs::{endpoint_pair_on, rdma_pair_on};
+use rdma_async_device_tests::{err_kind, guard, test_ip, test_ip6};
 
 /// An ACK timeout exponent that rdma_cm does not pick by itself on Soft-RoCE, so reading it back
 /// proves the option was set.
@@ -95,7 +95,7 @@ async fn endpoint_accept_takes_the_listener_and_its_own_ack_timeout() {
         OTHER_ACK_TIMEOUT
     );
     // And works without any on the listener.
-    let plain = rdma_async_tests::listener().await;
+    let plain = rdma_async_device_tests::listener().await;
     let server = endpoint_pair_on(&plain, &own, &defaults).await.0;
     assert_eq!(
         endpoint::hooks::ack_timeout(&server).unwrap(),

@@ -8,7 +8,7 @@ use std::time::Duration;
 use rdma_async::endpoint::hooks;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::error::EarlierFailure;
-use rdma_async_tests::{completion_status as status_of, guard, listener};
+use rdma_async_device_tests::{completion_status as status_of, guard, listener};
 
 /// A server endpoint with 64-byte receive slots, running `serve`, and a client connected to it
 /// that has posted a 1024-byte message to it, which fails both queue pairs.

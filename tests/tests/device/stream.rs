@@ -4,13 +4,13 @@ use std::io;
 
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::pairs::stream_pair_on;
-use rdma_async_tests::rstream_peer::{
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::pairs::stream_pair_on;
+use rdma_async_device_tests::rstream_peer::{
     Counter, c_rstream_verify_args, recv, rstream_exchange, send, serve_c_rstream_client,
 };
-use rdma_async_tests::tools::finish_tool_printing;
-use rdma_async_tests::{
+use rdma_async_device_tests::tools::finish_tool_printing;
+use rdma_async_device_tests::{
     argv, connect_when_listening, guard, rlistener, rlistener_with, spawn_tool, stream_pair,
     test_addr, test_ip,
 };

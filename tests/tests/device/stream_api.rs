@@ -4,8 +4,8 @@
 use std::io;
 
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::data::cyclic;
-use rdma_async_tests::{guard, rlistener, stream_pair, test_addr6};
+use rdma_async_device_tests::data::cyclic;
+use rdma_async_device_tests::{guard, rlistener, stream_pair, test_addr6};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]

@@ -7,8 +7,8 @@ use std::io::{self, IoSlice};
 
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions, StreamStats};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::{guard, stream_pair};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::{guard, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// A send ring of 32 chunks of 64 KiB: half of it (when a send is signaled so that ring space

@@ -11,7 +11,7 @@ use std::task::Poll;
 
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::{guard, rlistener, rlistener_with, stream_pair};
+use rdma_async_device_tests::{guard, rlistener, rlistener_with, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// 0-byte messages the peer floods with: 10^6, or `RDMA_ASYNC_FLOOD_MESSAGES`.
@@ -157,7 +157,7 @@ async fn a_flooding_peer_leaves_the_runtime_to_other_tasks_and_connections() {
     guard("echo server", echo).await.unwrap().unwrap();
 
     // The flood takes minutes at most under emulation; this is a hang guard only.
-    let (got, stats) = tokio::time::timeout(10 * rdma_async_tests::STEP, reader)
+    let (got, stats) = tokio::time::timeout(10 * rdma_async_device_tests::STEP, reader)
         .await
         .expect("the flood did not end in 10 minutes")
         .unwrap()

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::task::Poll;
 
 use rdma_async::stream::RStreamOptions;
-use rdma_async_tests::{guard, stream_pair};
+use rdma_async_device_tests::{guard, stream_pair};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -13,9 +13,9 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::tls::TestCert;
-use rdma_async_tests::{guard, rlistener, test_ip};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::tls::TestCert;
+use rdma_async_device_tests::{guard, rlistener, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;

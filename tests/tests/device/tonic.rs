@@ -6,20 +6,17 @@ use std::pin::Pin;
 
 use rdma_async::integration::hyper::RConnector;
 use rdma_async::stream::RListener;
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::{guard, test_addr, test_ip};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::{guard, test_addr, test_ip};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Response, Status, Streaming};
 
-mod greeter {
-    tonic::include_proto!("greeter");
-}
-use greeter::greeter_client::GreeterClient;
-use greeter::greeter_server::{Greeter, GreeterServer};
-use greeter::{HelloReply, HelloRequest};
+use rdma_async_device_tests::greeter::greeter_client::GreeterClient;
+use rdma_async_device_tests::greeter::greeter_server::{Greeter, GreeterServer};
+use rdma_async_device_tests::greeter::{HelloReply, HelloRequest};
 
 const MESSAGES: u32 = 1000;
 
@@ -238,7 +235,7 @@ async fn client_reconnects_after_the_server_restarts() {
 /// test; a unary call (which still sees the peer's address) and a server stream.
 #[rdma_async::test]
 async fn tls_unary_and_streaming_calls() {
-    use rdma_async_tests::tls::TestCert;
+    use rdma_async_device_tests::tls::TestCert;
     use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
     let cert = TestCert::for_ip(test_ip());

@@ -5,8 +5,8 @@
 //! disconnects.
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async_tests::tools::{EXCHANGE_DONE, finish_tool_printing};
-use rdma_async_tests::{
+use rdma_async_device_tests::tools::{EXCHANGE_DONE, finish_tool_printing};
+use rdma_async_device_tests::{
     argv, connect_when_listening, guard, listener, spawn_tool, test_addr, test_ip,
 };
 

@@ -6,8 +6,8 @@
 //! back, which the client receives.
 
 use rdma_async::datagram::RDatagram;
-use rdma_async_tests::tools::{EXCHANGE_DONE, UDADDY_PORT, finish_tool_printing};
-use rdma_async_tests::{
+use rdma_async_device_tests::tools::{EXCHANGE_DONE, UDADDY_PORT, finish_tool_printing};
+use rdma_async_device_tests::{
     argv, connect_when_listening, datagram, guard, spawn_tool, test_addr, test_ip,
 };
 

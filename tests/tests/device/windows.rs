@@ -6,8 +6,8 @@
 use std::io;
 
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion};
-use rdma_async_tests::data::cyclic;
-use rdma_async_tests::{guard, rdma_pair};
+use rdma_async_device_tests::data::cyclic;
+use rdma_async_device_tests::{guard, rdma_pair};
 
 /// Sends a window's descriptor as a 16-byte message and receives it on the other side.
 async fn hand_over(

@@ -8,8 +8,8 @@ use std::task::Poll;
 
 use rdma_async::device::DeviceContext;
 use rdma_async::stream::RStreamOptions;
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::{err_kind, guard, stream_pair};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::{err_kind, guard, stream_pair};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,19 +1,19 @@
 //! A peer process killed mid-transfer across the wire (`kill -9` of C `rstream` on node 2): our
 //! server reads every byte that arrived, intact, then `ConnectionReset` (it never closed, so
 //! bytes may be missing: never a clean end-of-stream), never wrong bytes; the listener goes on serving the next client, and once the connections are gone
-//! this process's RDMA resources are back where they were. One test in its own binary: it
-//! counts the process's resources.
+//! this process's RDMA resources are back where they were. One test, alone in its process
+//! (`scripts/wire-tests` runs each module in its own): it counts the process's resources.
 
 use std::io;
 use std::net::SocketAddr;
 
 use rdma_async::stream::RListener;
-use rdma_async_tests::argv;
-use rdma_async_tests::rstream_peer::{
+use rdma_async_device_tests::argv;
+use rdma_async_device_tests::rstream_peer::{
     Counter, c_rstream_verify_args, recv, rstream_exchange, send,
 };
-use rdma_async_tests::wire::{PeerJob, peer_ip};
-use rdma_async_tests::{guard, leak_counts, settled_counts, test_ip};
+use rdma_async_device_tests::wire::{PeerJob, peer_ip};
+use rdma_async_device_tests::{guard, leak_counts, settled_counts, test_ip};
 use tokio::io::AsyncReadExt;
 
 /// C rstream's client in verify mode against `addr`: `-S size -C xfers -I 1`.

@@ -11,20 +11,21 @@
 //! `RDMA_ASYNC_SOAK_LOCAL_BYTES`, both defaulting to `RDMA_ASYNC_SOAK_BYTES`, else the CI sizes
 //! below; `RDMA_ASYNC_SOAK_RDMA_BYTES` (moved by the random RDMA operations of each
 //! connection, default a quarter of the wire volume). `RDMA_ASYNC_SOAK_SEED` replays a seed.
-//! The only test of its binary: resource counts are process-wide.
+//! The only test of its module, alone in its process (`scripts/wire-tests` and `scripts/soak` run
+//! it so): resource counts are process-wide.
 
 use std::net::SocketAddr;
 
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
-use rdma_async_tests::soak::{
+use rdma_async_device_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
+use rdma_async_device_tests::soak::{
     CANARY, MAX_OP, Progress, env_bytes, rss_kib, seed, soak_rdma, soak_stream,
 };
-use rdma_async_tests::wire::{
+use rdma_async_device_tests::wire::{
     Fnv, PeerJob, connect_retrying, peer_ip, peer_program, rdma_client, remote_hash,
 };
-use rdma_async_tests::{guard, rdma_pair, stream_pair};
+use rdma_async_device_tests::{guard, rdma_pair, stream_pair};
 
 /// CI volume across the wire, each way: 256 MiB in all, about 75 s under TCG (Soft-RoCE
 /// moved about 3.5 MiB/s, both directions together, between two 1-CPU guests).

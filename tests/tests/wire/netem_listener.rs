@@ -3,8 +3,8 @@
 //! parked mid-handshake, when `tc netem loss 100%` cuts the wire. The listener goes on serving a
 //! client of its own node (rxe loops that traffic back inside node 1), the parked handshakes end
 //! at the listener's `accept_timeout`, the established connections by their keepalive, and this
-//! process's RDMA resources return to where they were. One test in its own binary: it counts the
-//! process's resources.
+//! process's RDMA resources return to where they were. One test, alone in its process
+//! (`scripts/wire-tests` runs each module in its own): it counts the process's resources.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
-use rdma_async_tests::wire::{Netem, PeerJob, peer_ip, peer_program};
-use rdma_async_tests::{guard_within, leak_counts, settled_counts, test_ip};
+use rdma_async_device_tests::wire::{Netem, PeerJob, peer_ip, peer_program};
+use rdma_async_device_tests::{guard_within, leak_counts, settled_counts, test_ip};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_stream::StreamExt;
 

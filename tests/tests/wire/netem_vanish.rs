@@ -3,8 +3,8 @@
 //! retries). A writer blocked on credits (nothing in flight: only its probes can notice), a
 //! reader with keepalive, `Endpoint` and `RdmaConnection` receivers with keepalive and an RDMA
 //! write each end with `TimedOut` naming the peer; once the wire is back, the process connects
-//! again and moves data, and its RDMA resources return to where they were. One test in its own
-//! binary: it counts the process's resources.
+//! again and moves data, and its RDMA resources return to where they were. One test, alone in its
+//! process (`scripts/wire-tests` runs each module in its own): it counts the process's resources.
 //!
 //! Bound: a probe (or keepalive) within 1 s, then the transport's retries: on Soft-RoCE with
 //! rdma_cm's default ACK timeout (exponent 19, about 2.1 s a try) about 7 × 2.1 s ≈ 15 s.
@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::streams::fill_until_blocked;
-use rdma_async_tests::wire::{
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::streams::fill_until_blocked;
+use rdma_async_device_tests::wire::{
     Netem, PeerJob, connect_after_outage, connect_retrying, echo_through, peer_ip, peer_program,
     rdma_client,
 };
-use rdma_async_tests::{guard_within, leak_counts, settled_counts};
+use rdma_async_device_tests::{guard_within, leak_counts, settled_counts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// Hang guard (a bound for the test, not a timing assertion).

@@ -9,24 +9,21 @@ use std::net::SocketAddr;
 use rdma_async::datagram::RDatagram;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::rstream_peer::{
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::rstream_peer::{
     c_rstream_verify_args, rstream_exchange, serve_c_rstream_client,
 };
-use rdma_async_tests::tools::example;
-use rdma_async_tests::wire::{
+use rdma_async_device_tests::tools::example;
+use rdma_async_device_tests::wire::{
     Fnv, PeerJob, check_greeting_get, connect_retrying, echo_through, http_client, on_peer,
     peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
 };
-use rdma_async_tests::{guard, test_ip};
+use rdma_async_device_tests::{guard, test_ip};
 use tokio::io::AsyncWriteExt;
 use tokio_stream::StreamExt;
 
-mod greeter {
-    tonic::include_proto!("greeter");
-}
-use greeter::HelloRequest;
-use greeter::greeter_client::GreeterClient;
+use rdma_async_device_tests::greeter::HelloRequest;
+use rdma_async_device_tests::greeter::greeter_client::GreeterClient;
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rstream_echo_full_duplex_and_half_close() {
@@ -391,7 +388,7 @@ async fn c_rstream_client_across_the_wire_with_our_server() {
     }
 }
 
-#[path = "../../examples/rping.rs"]
+#[path = "../../../examples/rping.rs"]
 #[allow(dead_code)]
 mod rping_example;
 
@@ -405,7 +402,7 @@ fn rping_args(line: &str) -> rping_example::Args {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn c_rping_client_across_the_wire_with_our_server() {
     let Some(_peer) = peer_ip() else { return };
-    let listener = rdma_async_tests::listener().await;
+    let listener = rdma_async_device_tests::listener().await;
     let addr = listener.local_addr();
     let server_args = rping_args(&format!("-s -V -S {PING_SIZE}"));
     let server =

@@ -15,19 +15,14 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use rdma_async::stream::{RListener, RStream};
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::test_ip;
-use rdma_async_tests::wire::{Netem, PeerJob, log_warnings, peer_ip, peer_program};
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::test_ip;
+use rdma_async_device_tests::wire::{
+    IMPAIRED, Netem, PeerJob, WIRE, log_warnings, peer_ip, peer_program,
+};
 use tokio::io::AsyncReadExt;
-
-/// The wire is shared: one impairment at a time.
-static WIRE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Hang guard for one transfer on the impaired wire (a bound, not a timing assertion).
-const IMPAIRED: Duration = Duration::from_secs(240);
 
 /// Reads until end-of-stream or an error; what arrived, and how it ended.
 async fn read_until_end(stream: &mut RStream) -> (Vec<u8>, io::Result<()>) {

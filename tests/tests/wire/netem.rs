@@ -4,34 +4,24 @@
 //! ends hash it) and nothing hangs; hyper (HTTP/1.1 and HTTP/2) and tonic (unary, server and
 //! bidirectional streaming) keep working on the impaired wire too. Soft-RoCE recovers from loss slowly under emulation, so
 //! the volumes are small. The connections are set up on a clean wire; only the transfers run
-//! on the impaired one. One test at a time (`scripts/wire-tests` runs this binary with one
+//! on the impaired one. One test at a time (`scripts/wire-tests` runs this module with one
 //! thread, and a lock keeps the wire to one test anyway).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use rdma_async::stream::RStream;
-use rdma_async_tests::data::pattern;
-use rdma_async_tests::guard_within;
-use rdma_async_tests::tools::example;
-use rdma_async_tests::wire::{
-    Fnv, Netem, PeerJob, check_greeting_get, connect_retrying, http_client, log_warnings, peer_ip,
-    peer_program, rdma_client, rdma_write_read_check, tonic_channel, transport_counters,
-    try_echo_through,
+use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::guard_within;
+use rdma_async_device_tests::tools::example;
+use rdma_async_device_tests::wire::{
+    Fnv, IMPAIRED, Netem, PeerJob, WIRE, check_greeting_get, connect_retrying, http_client,
+    log_warnings, peer_ip, peer_program, rdma_client, rdma_write_read_check, tonic_channel,
+    transport_counters, try_echo_through,
 };
 use tokio_stream::StreamExt;
 
-mod greeter {
-    tonic::include_proto!("greeter");
-}
-use greeter::HelloRequest;
-use greeter::greeter_client::GreeterClient;
-
-/// The wire is shared: one impairment at a time.
-static WIRE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// Hang guard for a transfer on an impaired wire (a bound, not a timing assertion).
-const IMPAIRED: Duration = Duration::from_secs(240);
+use rdma_async_device_tests::greeter::HelloRequest;
+use rdma_async_device_tests::greeter::greeter_client::GreeterClient;
 
 const STREAM_BYTES: usize = 256 << 10;
 const RDMA_BYTES: usize = 256 << 10;
