@@ -135,15 +135,16 @@ mod verbs;
 
 pub use rdma_async_macros::{main, test};
 
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 mod fuzzing;
 
-#[cfg(feature = "fuzzing")]
+#[cfg(rdma_async_fuzzing)]
 #[doc(hidden)]
 pub mod __fuzz {
-    //! The harnesses of the fuzz targets in `fuzz/` (feature `fuzzing`): each decodes peer input
-    //! with one of the crate's decoders and panics when an invariant breaks. Never needed by
-    //! users.
+    //! The harnesses of the fuzz targets in `fuzz/`, compiled only under `--cfg
+    //! rdma_async_fuzzing` (which `scripts/fuzz` sets): each drives one of the crate's decoders
+    //! or the stream driver with the fuzzer's bytes and panics when an invariant breaks. A cfg,
+    //! not a cargo feature, so that no crate depending on this one can switch it on.
     pub use crate::fuzzing::*;
 }
 

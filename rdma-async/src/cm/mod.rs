@@ -40,7 +40,7 @@ mod watch;
 
 pub(crate) use conn_waiter::{ConnWaiter, Woken};
 pub use error::CmError;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use error::event_error;
 pub(crate) use events::CmEvents;
 pub use id_options::IdOptions;

@@ -1,9 +1,9 @@
 //! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, and one for the
 //! stream driver over the fake device (`stream_driver`), each asserting its invariants (not
-//! only that it does not panic). The fuzz targets reach them
-//! through the hidden `__fuzz` module (feature `fuzzing`); the unit test below replays every
-//! file of `fuzz/corpus/` through them, so the seeds and every regression input a fuzzing run
-//! found are tests on every `cargo test`.
+//! only that it does not panic). The fuzz targets reach them through the hidden `__fuzz`
+//! module (`--cfg rdma_async_fuzzing`); the unit test below replays every file of
+//! `fuzz/corpus/` through them, so the seeds and every regression input a fuzzing run found are
+//! tests on every `cargo test`.
 
 mod conn_data;
 mod grh;

@@ -29,9 +29,9 @@ mod conn_data;
 mod connection;
 mod control;
 mod error;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 mod grant_queue;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) mod hostile;
 mod imm;
 mod plan;
@@ -69,7 +69,7 @@ pub(crate) use conn_data::{CONN_DATA_LEN, iomap_code_to_size, iomap_size_to_code
 pub(crate) use connection::{RecvAction, RecvEvent};
 #[cfg(test)]
 pub(crate) use imm::CtrlCode;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use imm::Op;
 #[cfg(test)]
 pub(crate) use plan::{ControlKind, ControlWrite};

@@ -137,7 +137,7 @@ impl Receiver {
 
     /// Moves the sequence numbers on by `start` messages (see
     /// [`Sender::start_sequences_at`](super::sender::Sender::start_sequences_at)).
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn start_sequences_at(&mut self, start: u16) {
         self.rseq_no = self.rseq_no.wrapping_add(start);
         self.rseq_comp = self.rseq_comp.wrapping_add(start);

@@ -146,7 +146,7 @@ impl Sender {
 
     /// Moves the sequence numbers on by `start` messages (both ends of a connection by the
     /// same amount, before the first message): a harness starts near the 2^16 wrap.
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn start_sequences_at(&mut self, start: u16) {
         self.sseq_no = self.sseq_no.wrapping_add(start);
         self.sseq_comp = self.sseq_comp.wrapping_add(start);

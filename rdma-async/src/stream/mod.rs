@@ -131,7 +131,7 @@ mod split;
 mod stats;
 
 /// Two drivers over the in-process fake device, for the fuzz harness (`crate::fuzzing`).
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use driver::FakeStreams;
 pub use lent_bytes::LentBytes;
 pub use listener::{Incoming, RListener};

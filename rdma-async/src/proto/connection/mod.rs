@@ -24,7 +24,7 @@ mod timeouts;
 pub(crate) use recv::ReadStatus;
 #[cfg(test)]
 pub(crate) use recv::RecvAction;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use recv::RecvEvent;
 pub(crate) use send::WriteError;
 
@@ -160,7 +160,7 @@ impl Connection {
     }
 
     /// The (clamped) sizes this connection uses.
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn config(&self) -> &Config {
         &self.config
     }
@@ -325,7 +325,7 @@ impl Connection {
     /// that wants them to wrap soon: call it on both ends with the same `start`, after the
     /// peer's connection data and before any message (credit updates carry send limits as
     /// 16-bit sequence numbers, so the two ends must agree on where they start).
-    #[cfg(any(test, feature = "fuzzing"))]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn start_sequences_at(&mut self, start: u16) {
         self.sender.start_sequences_at(start);
         self.receiver.start_sequences_at(start);

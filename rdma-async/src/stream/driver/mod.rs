@@ -23,7 +23,7 @@
 mod close;
 mod completions;
 mod device;
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 mod fake;
 #[cfg(rdma_async_hooks)]
 mod hooks;
@@ -38,7 +38,7 @@ mod wait;
 mod write;
 
 pub(in crate::stream) use device::{PostChain, StreamDevice, VerbsDevice};
-#[cfg(any(test, feature = "fuzzing"))]
+#[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use fake::FakeStreams;
 pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build};
 
