@@ -57,8 +57,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 self.post_chain(state, chain)?;
                 let target = (RBUF, WINDOW_RANGE[bind.half]);
                 if let Err(e) = self.device.post_bind(bind, target) {
-                    state.post_failed = true;
-                    return Err(self.fatal(state, e));
+                    return Err(self.post_failed(state, e));
                 }
                 state.stats.post_send_calls += 1;
             }
@@ -107,10 +106,7 @@ impl<D: StreamDevice> StreamCore<D> {
         let posts = chain.posts();
         let pushed = chain.push(req);
         state.stats.post_send_calls += chain.posts() - posts;
-        pushed.map_err(|e| {
-            state.post_failed = true;
-            self.fatal(state, e)
-        })
+        pushed.map_err(|e| self.post_failed(state, e))
     }
 
     /// Posts what `chain` holds with one `ibv_post_send`; a failure ends the connection.
@@ -125,10 +121,7 @@ impl<D: StreamDevice> StreamCore<D> {
         let posts = chain.posts();
         let posted = chain.post();
         state.stats.post_send_calls += chain.posts() - posts;
-        posted.map_err(|e| {
-            state.post_failed = true;
-            self.fatal(state, e)
-        })
+        posted.map_err(|e| self.post_failed(state, e))
     }
 
     /// Posts `req` alone, without a chain; a failure ends the connection.
@@ -137,16 +130,18 @@ impl<D: StreamDevice> StreamCore<D> {
         state: &mut CoreState,
         req: &WorkRequest<'_>,
     ) -> io::Result<()> {
-        match self.device.post_one(req) {
-            Ok(()) => {
-                state.stats.post_send_calls += 1;
-                Ok(())
-            }
-            Err(e) => {
-                state.post_failed = true;
-                Err(self.fatal(state, e))
-            }
-        }
+        self.device
+            .post_one(req)
+            .map_err(|e| self.post_failed(state, e))?;
+        state.stats.post_send_calls += 1;
+        Ok(())
+    }
+
+    /// A post failed: requests the protocol counts as outstanding may never have been posted,
+    /// so their completions may never come (`CoreState::post_failed`); the connection ends.
+    pub(super) fn post_failed(&self, state: &mut CoreState, e: io::Error) -> io::Error {
+        state.post_failed = true;
+        self.fatal(state, e)
     }
 
     /// Takes the data write `write`'s bytes from `source`, copied into the send ring or sent

@@ -139,8 +139,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 }
                 LendStep::Invalidate { wr_id, half, key } => {
                     if let Err(e) = self.device.post_invalidate(wr_id, half, key) {
-                        state.post_failed = true;
-                        return Poll::Ready(Err(self.fatal(&mut state, e)));
+                        return Poll::Ready(Err(self.post_failed(&mut state, e)));
                     }
                     state.stats.post_send_calls += 1;
                     state.stats.signaled_sends += 1;
