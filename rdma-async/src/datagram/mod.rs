@@ -55,6 +55,7 @@
 //! | address or route resolution failed | as in [`crate::cm`] |
 //! | sending to a group not joined | `NotConnected` |
 
+mod address_handles;
 pub(crate) mod grh;
 pub(crate) mod hello;
 mod lru;

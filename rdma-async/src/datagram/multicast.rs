@@ -13,11 +13,12 @@ use std::time::Duration;
 
 use rdma_async_sys::rdma_cm_event_type as ev;
 
+use super::address_handles::SocketHandles;
 use super::peers::Route;
 use super::sidr::{expect, resolve_addr, udp_id};
 use crate::cm::{CmEvents, IdOptions};
 use crate::error;
-use crate::verbs::{AddressHandles, CmId, UdQueuePair};
+use crate::verbs::{CmId, UdQueuePair};
 
 /// A joined group: its id (leaving destroys it) and the route for sending to it.
 #[derive(Debug)]
@@ -36,7 +37,7 @@ pub(crate) async fn join(
     group: IpAddr,
     timeout: Duration,
     options: &IdOptions,
-    handles: &AddressHandles,
+    handles: &SocketHandles,
     qp: &UdQueuePair,
 ) -> io::Result<Membership> {
     if !group.is_multicast() {

@@ -4,13 +4,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
+use super::address_handles::CountedHandle;
 use super::lru::LruMap;
-use crate::verbs::AddressHandle;
 
 /// How to reach one destination: an address handle, the remote queue pair and its Q_Key.
 #[derive(Debug)]
 pub(crate) struct Route {
-    pub(crate) ah: Arc<AddressHandle>,
+    pub(crate) ah: Arc<CountedHandle>,
     pub(crate) qpn: u32,
     pub(crate) qkey: u32,
     immediate: Immediate,
@@ -47,7 +47,7 @@ pub(crate) fn group_sender_port(imm: u32) -> Option<u16> {
 
 impl Route {
     /// A route to a peer; `sequenced` when it is an rdma-async socket that knows us.
-    pub(crate) fn new(ah: AddressHandle, qpn: u32, qkey: u32, sequenced: bool) -> Self {
+    pub(crate) fn new(ah: CountedHandle, qpn: u32, qkey: u32, sequenced: bool) -> Self {
         Route {
             ah: Arc::new(ah),
             qpn,
@@ -61,7 +61,7 @@ impl Route {
     }
 
     /// A route to a multicast group, from a socket bound to `own_port`.
-    pub(crate) fn to_group(ah: AddressHandle, qpn: u32, qkey: u32, own_port: u16) -> Self {
+    pub(crate) fn to_group(ah: CountedHandle, qpn: u32, qkey: u32, own_port: u16) -> Self {
         Route {
             ah: Arc::new(ah),
             qpn,

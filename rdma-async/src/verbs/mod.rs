@@ -30,7 +30,7 @@ mod pd;
 mod qp;
 
 pub(crate) use cm::{
-    CmEvent, CmId, EventChannel, IdDevice, IncomingId, PortSpace, RawConnParam, UdParam,
+    AhAttr, CmEvent, CmId, EventChannel, IdDevice, IncomingId, PortSpace, RawConnParam, UdParam,
 };
 pub(crate) use cq::{
     CompletionBatch, CompletionChannel, CompletionQueue, WcStatus, WorkCompletion,
@@ -48,7 +48,7 @@ pub(crate) use mr::{
     Access, MemoryWindow, OdpCaps, RegFlags, RegisteredBuffer, SlabSlice, SliceHome, UserBuffer,
     WindowBinding, WindowOp, huge_page_size, prefetch,
 };
-pub(crate) use pd::{AddressHandle, AddressHandles, GRH_LEN, ProtectionDomain};
+pub(crate) use pd::{AddressHandle, GRH_LEN, ProtectionDomain};
 pub(crate) use qp::{
     BufferView, Doorbell, Held, InFlightTable, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps,
     Segment, SendChain, SharedRecvQueue, Ticket, UdCaps, UdQueuePair, UdSend, WorkQueue,

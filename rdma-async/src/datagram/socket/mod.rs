@@ -22,10 +22,11 @@ use super::stats::DatagramStats;
 use crate::cm::IdOptions;
 use crate::cm::SlotQueue;
 use crate::cm::resolve::each_addr;
+use crate::datagram::address_handles::{CountedHandle, SocketHandles};
 use crate::device::DeviceContext;
 use crate::error;
 use crate::reactor::AsyncCq;
-use crate::verbs::{AddressHandle, AddressHandles, GRH_LEN, UdCaps, UdQueuePair, port_mtu};
+use crate::verbs::{GRH_LEN, UdCaps, UdQueuePair, port_mtu};
 
 use recv::ArrivedDatagram;
 
@@ -60,14 +61,14 @@ pub struct RDatagram {
     // Drop order: `Drop` leaves the groups (detaching the queue pair); the queue pair is
     // destroyed next, after which the address handles in send slots and routes may go.
     qp: UdQueuePair,
-    send: SlotQueue<(), Arc<AddressHandle>>,
+    send: SlotQueue<(), Arc<CountedHandle>>,
     recv: SlotQueue<ArrivedDatagram>,
     /// At most `max_peers` routes, the least recently used forgotten first; a forgotten
     /// route's address handle lives on in the send slots that still name it.
     routes: Mutex<LruMap<SocketAddr, RouteSlot>>,
     groups: Mutex<HashMap<IpAddr, Membership>>,
     /// The socket's address handles, on its device context's protection domain.
-    handles: AddressHandles,
+    handles: SocketHandles,
     shared: Arc<ResponderShared>,
     peer: Mutex<Option<SocketAddr>>,
     local: SocketAddr,
@@ -194,7 +195,7 @@ impl RDatagram {
             groups: Mutex::default(),
             port_num: id.port_num(),
             qp,
-            handles: AddressHandles::new(pd),
+            handles: SocketHandles::new(pd),
             shared,
             peer: Mutex::new(None),
             local,

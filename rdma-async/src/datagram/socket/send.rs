@@ -10,13 +10,14 @@ use tokio::net::ToSocketAddrs;
 use super::{RDatagram, lock};
 use crate::cm::Slots;
 use crate::cm::resolve::{each_addr, resolve};
+use crate::datagram::address_handles::CountedHandle;
 use crate::datagram::peers::Route;
 use crate::datagram::stats::Counters;
 use crate::error;
-use crate::verbs::{AddressHandle, UdSend, WcStatus, WorkCompletion};
+use crate::verbs::{UdSend, WcStatus, WorkCompletion};
 
 /// Send slots; each holds the address handle its send names until the send completes.
-type SendSlots = Slots<(), Arc<AddressHandle>>;
+type SendSlots = Slots<(), Arc<CountedHandle>>;
 
 impl RDatagram {
     /// Sends one datagram to `target` (the first address it resolves to) and returns its

@@ -9,7 +9,7 @@ mod id_device;
 mod multicast;
 mod sockaddr;
 
-pub(super) use ah_attr::AhAttr;
+pub(crate) use ah_attr::AhAttr;
 pub(crate) use cm_id::{CmId, PortSpace, RawConnParam};
 pub(crate) use event_channel::{CmEvent, EventChannel, IncomingId, UdParam};
 pub(crate) use id_device::IdDevice;

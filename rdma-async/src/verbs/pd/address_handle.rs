@@ -3,7 +3,6 @@
 use std::io;
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rdma_async_sys as sys;
 
@@ -20,9 +19,6 @@ pub(crate) const GRH_LEN: usize = 40;
 pub(crate) struct AddressHandle {
     raw: NonNull<sys::ibv_ah>,
     _pd: Arc<ProtectionDomain>,
-    /// The owner's count of its live handles (they bound a datagram socket's device resources;
-    /// the domain may be shared by many sockets).
-    count: Arc<AtomicUsize>,
 }
 
 // SAFETY: address handles are immutable after creation and may be used from any thread.
@@ -30,69 +26,24 @@ unsafe impl Send for AddressHandle {}
 // SAFETY: as above; posting a send that names the handle only reads it.
 unsafe impl Sync for AddressHandle {}
 
-/// Where a datagram socket makes its address handles: its protection domain (perhaps shared
-/// with other sockets and connections) and the count of the socket's own live handles.
-#[derive(Debug)]
-pub(crate) struct AddressHandles {
-    pd: Arc<ProtectionDomain>,
-    live: Arc<AtomicUsize>,
-}
-
-impl AddressHandles {
-    pub(crate) fn new(pd: Arc<ProtectionDomain>) -> Self {
-        AddressHandles {
-            pd,
-            live: Arc::default(),
-        }
-    }
-
-    /// The protection domain the handles are made on.
-    pub(crate) fn pd(&self) -> &Arc<ProtectionDomain> {
-        &self.pd
-    }
-
-    /// How many handles made here are alive.
-    #[cfg_attr(not(rdma_async_hooks), allow(dead_code))]
-    pub(crate) fn live(&self) -> usize {
-        self.live.load(Ordering::Relaxed)
-    }
-
-    /// A handle from attributes rdma_cm reported (SIDR reply or multicast join).
-    pub(crate) fn create(&self, attr: &AhAttr) -> io::Result<AddressHandle> {
-        AddressHandle::new(self.pd.clone(), attr, &self.live)
-    }
-
-    /// A handle that answers the sender of a received datagram (see
-    /// [`AddressHandle::reply_to`]).
-    pub(crate) fn reply_to(
-        &self,
-        wc: &WorkCompletion,
-        grh: &[u8; GRH_LEN],
-        port_num: u8,
-    ) -> io::Result<AddressHandle> {
-        AddressHandle::reply_to(self.pd.clone(), wc, grh, port_num, &self.live)
-    }
-}
-
 impl AddressHandle {
     /// Creates a handle from attributes rdma_cm reported (SIDR reply or multicast join).
-    fn new(pd: Arc<ProtectionDomain>, attr: &AhAttr, count: &Arc<AtomicUsize>) -> io::Result<Self> {
+    pub(crate) fn new(pd: Arc<ProtectionDomain>, attr: &AhAttr) -> io::Result<Self> {
         let mut attr = attr.0;
         // SAFETY: the domain is live and `attr` is an initialised attribute struct that
         // ibv_create_ah only reads during the call.
         let raw = unsafe { sys::ibv_create_ah(pd.as_ptr(), &mut attr) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_create_ah"))?;
-        Ok(AddressHandle::counted(raw, pd, count))
+        Ok(AddressHandle { raw, _pd: pd })
     }
 
     /// Creates a handle that answers the sender of a received datagram, from its work
     /// completion and the `GRH_LEN` bytes the device wrote in front of it (`ibv_create_ah_from_wc`).
-    fn reply_to(
+    pub(crate) fn reply_to(
         pd: Arc<ProtectionDomain>,
         wc: &WorkCompletion,
         grh: &[u8; GRH_LEN],
         port_num: u8,
-        count: &Arc<AtomicUsize>,
     ) -> io::Result<Self> {
         // SAFETY: ibv_wc is plain old data; zero is valid for every field.
         let mut sys_wc: sys::ibv_wc = unsafe { std::mem::zeroed() };
@@ -114,20 +65,7 @@ impl AddressHandle {
         let raw =
             unsafe { sys::ibv_create_ah_from_wc(pd.as_ptr(), &mut sys_wc, &mut sys_grh, port_num) };
         let raw = NonNull::new(raw).ok_or_else(|| error::last_error("ibv_create_ah_from_wc"))?;
-        Ok(AddressHandle::counted(raw, pd, count))
-    }
-
-    fn counted(
-        raw: NonNull<sys::ibv_ah>,
-        pd: Arc<ProtectionDomain>,
-        count: &Arc<AtomicUsize>,
-    ) -> Self {
-        count.fetch_add(1, Ordering::Relaxed);
-        AddressHandle {
-            raw,
-            _pd: pd,
-            count: count.clone(),
-        }
+        Ok(AddressHandle { raw, _pd: pd })
     }
 
     pub(crate) fn as_ptr(&self) -> *mut sys::ibv_ah {
@@ -140,7 +78,6 @@ impl Drop for AddressHandle {
         // SAFETY: the handle is live and destroyed once. Owners keep an `Arc` to it in every
         // send slot that named it until that send completes or the queue pair is destroyed.
         unsafe { sys::ibv_destroy_ah(self.raw.as_ptr()) };
-        self.count.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -6,5 +6,5 @@
 mod address_handle;
 mod protection_domain;
 
-pub(crate) use address_handle::{AddressHandle, AddressHandles, GRH_LEN};
+pub(crate) use address_handle::{AddressHandle, GRH_LEN};
 pub(crate) use protection_domain::ProtectionDomain;
