@@ -10,6 +10,9 @@
 #   # shellcheck source=scripts/lib/guest-run.sh
 #   source scripts/lib/guest-run.sh
 
+# shellcheck source=scripts/lib/packages.sh
+source scripts/lib/packages.sh
+
 # usage_error MESSAGE...: says what is wrong with a knob or an argument and exits with 2.
 usage_error() {
     echo "$script_name: $*" >&2
@@ -20,7 +23,7 @@ usage_error() {
 ensure_packages() {
     local pkg missing=()
     for pkg in "$@"; do
-        [[ "$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null)" == installed ]] || missing+=("$pkg")
+        package_installed "$pkg" || missing+=("$pkg")
     done
     ((${#missing[@]})) || return 0
     echo "$script_name: installing ${missing[*]}" >&2

@@ -24,6 +24,16 @@ pub(crate) enum WriteError {
 impl Connection {
     /// `Ok` if `prepare_write` would produce a chunk now (C's `rs_can_send` plus state checks).
     pub(crate) fn write_readiness(&self) -> Result<(), WriteError> {
+        self.write_open()?;
+        match self.sender.blocked() {
+            Some(reason) => Err(WriteError::Blocked(reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the connection takes writes at all (no error, set up, not shut down), whatever
+    /// its ring space and credits.
+    fn write_open(&self) -> Result<(), WriteError> {
         if let Some(err) = &self.state.error {
             return Err(WriteError::Failed(err.clone()));
         }
@@ -35,10 +45,7 @@ impl Connection {
         if !self.state.writable {
             return Err(WriteError::Closed);
         }
-        match self.sender.blocked() {
-            Some(reason) => Err(WriteError::Blocked(reason)),
-            None => Ok(()),
-        }
+        Ok(())
     }
 
     /// Whether a write would make progress now (POLLOUT).
@@ -59,13 +66,14 @@ impl Connection {
     }
 
     /// Checks the connection can write `remaining` (> 0) bytes, lets `next` plan the chunk,
-    /// and records it as an outstanding send.
+    /// and records it as an outstanding send. `next` reports why the sender is blocked, if it
+    /// is (`Sender::chunk_len`), so that is looked at once per chunk.
     fn prepare_chunk(
         &mut self,
         remaining: usize,
         next: impl FnOnce(&mut Sender) -> Result<Chunk, WriteBlocked>,
     ) -> Result<DataWrite, WriteError> {
-        self.write_readiness()?;
+        self.write_open()?;
         if remaining == 0 {
             return Err(WriteError::Failed(ProtoError::usage(
                 "a 0-byte write sends nothing: no chunk to prepare",
