@@ -56,6 +56,33 @@ pub fn package_program(name: &str) -> String {
     path.to_string_lossy().into_owned()
 }
 
+/// `limits-peer ARGS` under a locked-memory limit of `memlock` bytes and without
+/// `CAP_IPC_LOCK` (which root has, and which lifts the limit), as an unprivileged process would
+/// run; its standard input, output and error are piped.
+pub fn spawn_limits_peer(memlock: u64, args: &[&str]) -> Child {
+    Command::new("prlimit")
+        .arg(format!("--memlock={memlock}:{memlock}"))
+        .args([
+            "setpriv",
+            "--inh-caps=-ipc_lock",
+            "--bounding-set=-ipc_lock",
+            "--",
+        ])
+        .arg(package_program("limits-peer"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("run prlimit and setpriv (util-linux)")
+}
+
+/// The lines `child` prints on its standard output (taken from it).
+pub fn stdout_lines(child: &mut Child) -> Lines<BufReader<ChildStdout>> {
+    BufReader::new(child.stdout.take().expect("stdout")).lines()
+}
+
 /// What a finished program printed: its standard output, then its standard error.
 pub fn output_text(out: &Output) -> String {
     format!(

@@ -32,7 +32,7 @@ mod params;
 mod parked;
 pub(crate) mod peer_warnings;
 pub(crate) mod queue_setters;
-mod reject_reason;
+pub(crate) mod reject_reason;
 mod request;
 pub(crate) mod resolve;
 mod slot_queue;

@@ -68,6 +68,21 @@ impl ParkedConnect {
             .connect_announcing(&params, NEXT_QP_NUM.fetch_add(1, Ordering::Relaxed))
     }
 
+    /// Waits for the listener's answer: `Ok` when it accepted the request (the handshake is
+    /// then parked on the listener's side), else the error of the event that ended it (a
+    /// rejection is `ConnectionRefused`, with the listener's reason in its message).
+    ///
+    /// # Errors
+    ///
+    /// The end of a request the listener did not accept.
+    pub async fn answer(&self) -> io::Result<()> {
+        match self.events.next().await {
+            Ok(event) if event.kind == ev::RDMA_CM_EVENT_CONNECT_RESPONSE => Ok(()),
+            Ok(event) => Err(event_error(&event, Some(self.peer), "parked")),
+            Err(end) => Err(end),
+        }
+    }
+
     /// Waits for the event that ends the request, noting whether the listener accepted it first.
     /// Reading the events answers nothing: the id has no queue pair.
     pub async fn outcome(&self) -> ParkedOutcome {

@@ -102,6 +102,20 @@ pub(crate) fn reject_with_reason(request: ConnectRequest, err: &io::Error) {
     } else {
         tracing::warn!(%peer, error = %err, "could not set up an incoming connection; rejecting it with the reason");
     }
+    send_reject(request, err);
+}
+
+/// Rejects `request`, which the listener would not take (too many handshakes from its
+/// address, or too much memory pinned by handshakes), telling the peer why. Logged as a peer's
+/// doing (limited), since peers can send such requests by the thousand.
+pub(crate) fn refuse(request: ConnectRequest, err: &io::Error) {
+    let peer = request.peer_addr();
+    peer_warning!(%peer, error = %err, "connection request refused");
+    send_reject(request, err);
+}
+
+fn send_reject(request: ConnectRequest, err: &io::Error) {
+    let peer = request.peer_addr();
     if let Err(e) = request.reject(&encode(err)) {
         tracing::debug!(%peer, error = %e, "rdma_reject failed");
     }

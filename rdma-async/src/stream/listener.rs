@@ -1,8 +1,9 @@
 //! `RListener`: accepts rsockets-compatible streams.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
@@ -10,18 +11,19 @@ use std::task::{Context, Poll, ready};
 use futures_core::Stream;
 use tokio::net::ToSocketAddrs;
 use tokio::sync::Mutex;
-use tokio::task::JoinSet;
+use tokio::task::{self, JoinSet};
 use tracing::Instrument;
 
+use super::admission::{Admission, MAX_HANDSHAKES};
+use super::driver::pinned_bytes;
 use super::options::RStreamOptions;
 use super::rstream::RStream;
 use crate::cm::CmListener;
 use crate::cm::accept_failure::{AcceptFailure, caused_by_peer, request_failed};
 use crate::cm::listener::DEFAULT_BACKLOG;
 use crate::cm::peer_warnings::peer_warning;
-
-/// How many handshakes may be in progress at once; further requests wait in rdma_cm's backlog.
-const MAX_HANDSHAKES: usize = 64;
+use crate::cm::reject_reason::refuse;
+use crate::verbs::binding_memlock_limit;
 
 /// A handshake's outcome: the stream, or the error and the peer it concerns.
 type Handshake = Result<(RStream, SocketAddr), (io::Error, SocketAddr)>;
@@ -36,12 +38,50 @@ type Handshake = Result<(RStream, SocketAddr), (io::Error, SocketAddr)>;
 /// rejected when it passes. A handshake that fails because of the peer (invalid connection
 /// data, no answer in time, a peer that goes away) fails only that connection: `accept` logs it
 /// and waits for the next one.
+///
+/// A handshake pins its stream's rings from the moment it answers the request (rsockets sends
+/// the rings' keys in the answer) until the peer completes it, so peers that park requests
+/// could pin the locked memory (`RLIMIT_MEMLOCK`) every registration of the process needs. Two
+/// bounds keep that from one peer and from all of them together:
+///
+/// - one address may have in progress all but an eighth of the handshakes the listener can
+///   run at once (56 of 64; 14 of the 15 that fit under an 8 MiB limit with 128 KiB rings), so
+///   others always find room (see [`RStreamOptions::handshakes_per_source`]);
+/// - under a locked-memory limit (not with `CAP_IPC_LOCK`), the rings of handshakes in progress
+///   pin at most half of it (read once, when the listener is bound), so established
+///   connections and the application's own registrations keep the other half.
+///
+/// A request past either bound is rejected at once with the reason (the client's connect fails
+/// with `ConnectionRefused`, "... N connection handshakes in progress, the most one address may
+/// have" or "... would pass their budget"), logged as peers' failures are (a few warnings per
+/// window, the rest at `debug`), and `accept` goes on. Several addresses that park requests
+/// together can still fill the slots or the budget, and new clients are then refused until
+/// `accept_timeout` ends the parked handshakes; what is established, and the other half of the
+/// limit, stay untouched. Queue memory is not counted: Soft-RoCE does not pin it; devices that
+/// pin queues in user memory need more room than the budget leaves.
 #[derive(Debug)]
 pub struct RListener {
     cm: Arc<CmListener>,
     options: RStreamOptions,
     /// Handshakes in progress, and finished ones not yet returned by `accept`.
-    handshakes: Mutex<JoinSet<Handshake>>,
+    handshakes: Mutex<Handshakes>,
+}
+
+/// The handshake tasks, the address each serves, and what they may hold together.
+#[derive(Debug)]
+struct Handshakes {
+    tasks: JoinSet<Handshake>,
+    sources: HashMap<task::Id, IpAddr>,
+    admission: Admission,
+}
+
+impl Handshakes {
+    /// Task `id` ended: its slot, its address's share and its rings are free again.
+    fn ended(&mut self, id: task::Id) {
+        if let Some(source) = self.sources.remove(&id) {
+            self.admission.release(source);
+        }
+    }
 }
 
 impl RListener {
@@ -81,8 +121,16 @@ impl RListener {
                 )
                 .await?,
             ),
+            handshakes: Mutex::new(Handshakes {
+                tasks: JoinSet::new(),
+                sources: HashMap::new(),
+                admission: Admission::new(
+                    pinned_bytes(&options),
+                    binding_memlock_limit(),
+                    options.handshakes_per_source,
+                ),
+            }),
             options,
-            handshakes: Mutex::new(JoinSet::new()),
         })
     }
 
@@ -153,19 +201,28 @@ impl RListener {
             tokio::select! {
                 // Finished handshakes first, so that a flood of requests cannot starve them.
                 biased;
-                Some(done) = handshakes.join_next(), if !handshakes.is_empty() => match done {
-                    Ok(Ok(accepted)) => return Ok(accepted),
-                    Ok(Err((e, peer))) if caused_by_peer(&e) => {
-                        peer_warning!(parent: self.cm.span(), %peer, error = %e, "rsocket handshake failed");
+                Some(done) = handshakes.tasks.join_next_with_id(), if !handshakes.tasks.is_empty() => {
+                    handshakes.ended(done.as_ref().map_or_else(|e| e.id(), |(id, _)| *id));
+                    match done {
+                        Ok((_, Ok(accepted))) => return Ok(accepted),
+                        Ok((_, Err((e, peer)))) if caused_by_peer(&e) => {
+                            peer_warning!(parent: self.cm.span(), %peer, error = %e, "rsocket handshake failed");
+                        }
+                        Ok((_, Err((e, peer)))) => {
+                            tracing::warn!(parent: self.cm.span(), %peer, error = %e, "could not set up a connection: rejected");
+                            return Err(AcceptFailure::Request(request_failed(peer, e)));
+                        }
+                        Err(e) => tracing::error!(parent: self.cm.span(), error = %e, "rsocket handshake task failed"),
                     }
-                    Ok(Err((e, peer))) => {
-                        tracing::warn!(parent: self.cm.span(), %peer, error = %e, "could not set up a connection: rejected");
-                        return Err(AcceptFailure::Request(request_failed(peer, e)));
-                    }
-                    Err(e) => tracing::error!(parent: self.cm.span(), error = %e, "rsocket handshake task failed"),
                 },
-                request = self.cm.request(), if handshakes.len() < MAX_HANDSHAKES => {
+                request = self.cm.request(), if handshakes.tasks.len() < MAX_HANDSHAKES => {
                     let request = request?;
+                    let source = request.peer_addr().ip();
+                    if let Err(refusal) = handshakes.admission.admit(source) {
+                        let _span = self.cm.span().enter();
+                        refuse(request, &refusal.into_error());
+                        continue;
+                    }
                     let options = self.options.clone();
                     let handshake = async move {
                         let peer = request.peer_addr();
@@ -174,7 +231,8 @@ impl RListener {
                             Err(e) => Err((e, peer)),
                         }
                     };
-                    handshakes.spawn(handshake.instrument(self.cm.span().clone()));
+                    let task = handshakes.tasks.spawn(handshake.instrument(self.cm.span().clone()));
+                    handshakes.sources.insert(task.id(), source);
                 }
             }
         }

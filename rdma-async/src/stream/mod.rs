@@ -71,7 +71,10 @@
 //! rdma_cm's, whose length comes from the client's own request (its CM response timeout and retry
 //! count), so a hostile client chooses it (with librdmacm clients it had not ended after 3 minutes
 //! in the test guest); 10 s is many round trips even on emulated Soft-RoCE and lets a handshake
-//! survive two lost packets (rdma_cm resends an unanswered accept every 4.3 s). `RListener::accept`
+//! survive two lost packets (rdma_cm resends an unanswered accept every 4.3 s). A handshake pins
+//! its stream's rings from its answer on, so one address may hold all but an eighth of the slots
+//! and, under a locked-memory limit, handshakes in progress pin at most half of it; requests past
+//! either bound are rejected at once with the reason (see `RListener`). `RListener::accept`
 //! returns, like `TcpListener::accept`, the error of a request this host could not set up (out of
 //! file descriptors, `EMFILE`; memory; queue pairs): that request is rejected and the listener
 //! stays usable. Handshakes a peer broke (connection data that is not rsockets', no answer in time,
@@ -113,6 +116,7 @@
 //! `greeter_client.rs` (tonic; unary and server-streaming, generated from
 //! `examples/proto/greeter.proto` with a vendored protoc, so no system protoc is needed).
 
+mod admission;
 mod deadline_timer;
 mod driver;
 mod gather;

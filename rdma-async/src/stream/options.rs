@@ -31,6 +31,8 @@ pub struct RStreamOptions {
     pub(crate) dial: DialOptions,
     pub(crate) zero_copy_reads: bool,
     pub(crate) linger: Duration,
+    /// A listener's bound on handshakes in progress from one address; `None`: its default.
+    pub(crate) handshakes_per_source: Option<usize>,
 }
 
 impl Default for RStreamOptions {
@@ -72,6 +74,7 @@ impl RStreamOptions {
             dial: DialOptions::default(),
             zero_copy_reads: false,
             linger: DEFAULT_LINGER,
+            handshakes_per_source: None,
         }
     }
 
@@ -135,6 +138,17 @@ impl RStreamOptions {
     /// `TCP_KEEPIDLE`).
     pub fn keepalive(mut self, interval: Duration) -> Self {
         self.queue.keepalive = Some(interval);
+        self
+    }
+
+    /// For an [`RListener`](super::RListener): how many handshakes one address may have in
+    /// progress at once; its further requests are rejected at once (the client's connect fails
+    /// with `ConnectionRefused`, saying why) until one ends. The default leaves an eighth of what the
+    /// listener can run at once to other addresses: 56 of its 64 slots, fewer when the
+    /// locked-memory limit holds fewer handshakes' rings (see [`RListener`](super::RListener)).
+    /// Lower it to keep more room for other addresses; 0 counts as 1.
+    pub fn handshakes_per_source(mut self, count: usize) -> Self {
+        self.handshakes_per_source = Some(count);
         self
     }
 

@@ -41,12 +41,12 @@ pub use device::Resource;
 #[cfg(rdma_async_hooks)]
 pub(crate) use device::fault_injection;
 pub(crate) use device::{
-    AsyncEventFd, CmDevices, DeviceList, RawAsyncEvent, ResourceError, event_type_str,
-    query_port_state, register_readable,
+    AsyncEventFd, CmDevices, DeviceList, RawAsyncEvent, ResourceError, binding_memlock_limit,
+    event_type_str, query_port_state, register_readable,
 };
 pub(crate) use mr::{
     Access, MemoryWindow, OdpCaps, RegFlags, RegisteredBuffer, SlabSlice, SliceHome, UserBuffer,
-    WindowBinding, WindowOp, huge_page_size, prefetch,
+    WindowBinding, WindowOp, huge_page_size, page_size, prefetch,
 };
 pub(crate) use pd::{AddressHandle, GRH_LEN, ProtectionDomain};
 pub(crate) use qp::{

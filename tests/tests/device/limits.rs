@@ -12,7 +12,6 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::process::Stdio;
 
 use rdma_async::__test_hooks::{Resource, fail_next};
 use rdma_async::cm::{CmError, CmListener};
@@ -20,10 +19,10 @@ use rdma_async::error::cause;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_device_tests::streams::echo_once;
-use rdma_async_device_tests::tools::{finish_tool, package_program};
+use rdma_async_device_tests::tools::{finish_tool, spawn_limits_peer, stdout_lines};
 use rdma_async_device_tests::{guard, listener, rlistener};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout, Command};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Child;
 
 /// The locked-memory limit of the child, in bytes: a 4 KiB region fits, a stream's 128 KiB
 /// rings do not.
@@ -34,26 +33,7 @@ const ENOMEM: i32 = 12;
 
 /// `limits-peer ARGS` under a `MEMLOCK`-byte locked-memory limit and without `CAP_IPC_LOCK`.
 fn spawn_limited(args: &[&str]) -> Child {
-    Command::new("prlimit")
-        .arg(format!("--memlock={MEMLOCK}:{MEMLOCK}"))
-        .args([
-            "setpriv",
-            "--inh-caps=-ipc_lock",
-            "--bounding-set=-ipc_lock",
-            "--",
-        ])
-        .arg(package_program("limits-peer"))
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("run prlimit and setpriv (util-linux)")
-}
-
-/// The lines `child` prints.
-fn stdout_lines(child: &mut Child) -> Lines<BufReader<ChildStdout>> {
-    BufReader::new(child.stdout.take().expect("stdout")).lines()
+    spawn_limits_peer(MEMLOCK, args)
 }
 
 /// Runs `limits-peer ARGS` under the limit to its end; returns what it printed.

@@ -40,7 +40,7 @@ mod write;
 pub(in crate::stream) use device::{PostChain, StreamDevice, VerbsDevice};
 #[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use fake::FakeStreams;
-pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build};
+pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build, pinned_bytes};
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;

@@ -11,7 +11,7 @@ use crate::proto::{
 use crate::reactor::AsyncCq;
 use crate::stream::lending_ring::{WINDOW_WRS, lending_ring};
 use crate::stream::options::RStreamOptions;
-use crate::verbs::{Access, CmId, OwnedBufferQueuePair, QpCaps, RegisteredBuffer};
+use crate::verbs::{Access, CmId, OwnedBufferQueuePair, QpCaps, RegisteredBuffer, page_size};
 
 use super::{CTRL_SLOT, CTRL_SLOTS};
 
@@ -88,6 +88,21 @@ pub(in crate::stream) fn build(
         },
         Some(conn_data),
     ))
+}
+
+/// The bytes of memory that [`build`] registers for one stream with `opts`, counted as the
+/// locked-memory limit counts them: whole pages, once per registration (the zero-copy receive
+/// ring is registered whole and then in four halves, so it counts three times).
+pub(in crate::stream) fn pinned_bytes(opts: &RStreamOptions) -> usize {
+    let config = opts.config();
+    let page = page_size();
+    let pages = |len: usize| len.div_ceil(page) * page;
+    let rbuf = pages(config.rbuf_size() as usize);
+    let rbuf = if opts.zero_copy_reads { 3 * rbuf } else { rbuf };
+    pages(config.sbuf_size() as usize)
+        + rbuf
+        + pages(TARGET_SGL_BYTES)
+        + pages(CTRL_SLOT * CTRL_SLOTS)
 }
 
 /// Decodes and applies the peer's connection data.

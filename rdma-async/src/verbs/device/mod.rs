@@ -23,8 +23,8 @@ pub(crate) use device_list::DeviceList;
 // `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export it; without them it stays
 // crate-private.
 pub use resource::Resource;
-pub(crate) use resource_limits::ResourceError;
 pub(super) use resource_limits::{
     COMPLETION_QUEUES, DeviceLimits, MEMORY_REGIONS, Memlock, QUEUE_PAIRS, completion_queue_error,
     injected_failure, queue_pair_error, registration_error,
 };
+pub(crate) use resource_limits::{ResourceError, binding_memlock_limit};

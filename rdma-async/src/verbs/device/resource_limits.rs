@@ -103,6 +103,12 @@ impl Memlock {
     }
 }
 
+/// This process's soft `RLIMIT_MEMLOCK` in bytes when it applies to it; `None` when unlimited
+/// or lifted by `CAP_IPC_LOCK`.
+pub(crate) fn binding_memlock_limit() -> Option<u64> {
+    Memlock::current().binding()
+}
+
 /// Whether capability `cap` is in the process's effective set (`CapEff` in
 /// `/proc/self/status`); `false` when that cannot be read.
 fn has_effective_capability(cap: u32) -> bool {

@@ -16,7 +16,7 @@ pub(crate) use access::{Access, RegFlags};
 // `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export it; without them it stays
 // crate-private.
 pub use foreign_memory::ForeignMemory;
-pub(crate) use mapping::huge_page_size;
+pub(crate) use mapping::{huge_page_size, page_size};
 pub(crate) use memory::RegisteredBuffer;
 pub(super) use memory_window::fill_invalidate_key;
 pub(crate) use memory_window::{MemoryWindow, WindowBinding, WindowOp};
