@@ -130,6 +130,7 @@ pub(crate) mod proto;
 pub mod rdma;
 mod reactor;
 pub mod stream;
+mod sync;
 #[allow(unsafe_code)]
 mod verbs;
 

@@ -9,12 +9,13 @@
 //! registration was made, a wait only updates which task to wake.
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use super::link::CmLink;
 use crate::reactor::FdWaiter;
+use crate::sync::{AtomicU64, Mutex, MutexGuard};
 
 /// No registration is known to be in place.
 const NOT_REGISTERED: u64 = u64::MAX;
@@ -23,6 +24,13 @@ const NOT_REGISTERED: u64 = u64::MAX;
 #[derive(Debug)]
 pub(crate) struct CmWatch {
     fd: FdWaiter,
+    relayed: Relayed,
+}
+
+/// The relay and what it says about the registration in place (apart from the descriptor, so
+/// that the loom check runs it against a model of one).
+#[derive(Debug)]
+struct Relayed {
     relay: Arc<Relay>,
     /// `relay` as a waker, made once.
     relay_waker: Waker,
@@ -54,7 +62,7 @@ impl Wake for Relay {
 }
 
 impl Relay {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Waker>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Waker>> {
         // A waker slot: nothing a panic could leave half-updated.
         self.task.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -71,12 +79,9 @@ impl Relay {
 impl CmWatch {
     /// Registers a duplicate of `link`'s channel descriptor (see [`FdWaiter`]).
     pub(crate) fn new(link: &CmLink) -> io::Result<Self> {
-        let relay = Arc::new(Relay::default());
         Ok(CmWatch {
             fd: link.waiter()?,
-            relay_waker: Waker::from(relay.clone()),
-            relay,
-            registered_at: AtomicU64::new(NOT_REGISTERED),
+            relayed: Relayed::default(),
         })
     }
 
@@ -92,7 +97,7 @@ impl CmWatch {
         if link.is_disconnected() {
             return Poll::Ready(Ok(()));
         }
-        self.relay.set_task(cx.waker());
+        self.relayed.relay.set_task(cx.waker());
         self.poll_registered(link)
     }
 
@@ -108,13 +113,36 @@ impl CmWatch {
     /// Reads the channel if a wake-up came since the registration in place was made (or none
     /// is), and registers the relay again when it finds nothing more to read.
     fn poll_registered(&self, link: &CmLink) -> Poll<io::Result<()>> {
+        self.relayed.poll(|cx| link.poll_disconnected(&self.fd, cx))
+    }
+}
+
+impl Default for Relayed {
+    fn default() -> Self {
+        let relay = Arc::new(Relay::default());
+        Relayed {
+            relay_waker: Waker::from(relay.clone()),
+            relay,
+            registered_at: AtomicU64::new(NOT_REGISTERED),
+        }
+    }
+}
+
+impl Relayed {
+    /// [`CmWatch::poll_registered`], with `look` reading the channel and registering the
+    /// context's waker when it finds nothing.
+    #[inline]
+    fn poll(
+        &self,
+        look: impl FnOnce(&mut Context<'_>) -> Poll<io::Result<()>>,
+    ) -> Poll<io::Result<()>> {
         // Read before registering: a wake-up after the registration counts past it.
         let wakes = self.relay.wakes.load(Ordering::Acquire);
         if self.registered_at.load(Ordering::Relaxed) == wakes {
             return Poll::Pending;
         }
         let mut cx = Context::from_waker(&self.relay_waker);
-        let polled = link.poll_disconnected(&self.fd, &mut cx);
+        let polled = look(&mut cx);
         let registered_at = if polled.is_pending() {
             wakes
         } else {
@@ -159,5 +187,82 @@ mod tests {
         assert_eq!(relay.wakes.load(Ordering::Relaxed), 3);
         assert_eq!(first.0.load(Ordering::Relaxed), 0, "replaced: not woken");
         assert_eq!(second.0.load(Ordering::Relaxed), 2, "kept across wake-ups");
+    }
+}
+
+#[cfg(all(test, rdma_async_loom))]
+mod loom_tests {
+    //! Under loom: a task waits twice through the relay while the reactor finds the channel
+    //! readable and wakes the registration in place. In every interleaving the task either
+    //! found the channel readable or was woken, and once woken its next look reads the channel
+    //! (the wake-up counted past the registration it had).
+
+    use std::sync::atomic::AtomicUsize;
+
+    use loom::sync::Mutex as Channel;
+    use loom::thread;
+
+    use super::*;
+
+    /// The channel's descriptor as the reactor sees it.
+    #[derive(Default)]
+    struct Fd {
+        readable: bool,
+        /// The waker of the registration in place.
+        registered: Option<Waker>,
+    }
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn look(fd: &Channel<Fd>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut fd = fd.lock().unwrap();
+        if fd.readable {
+            return Poll::Ready(Ok(()));
+        }
+        fd.registered = Some(cx.waker().clone());
+        Poll::Pending
+    }
+
+    #[test]
+    fn loom_the_relay_loses_no_wake_up_across_waits() {
+        loom::model(|| {
+            let relayed = Arc::new(Relayed::default());
+            let fd = Arc::new(Channel::new(Fd::default()));
+            let reactor = {
+                let fd = fd.clone();
+                thread::spawn(move || {
+                    let mut state = fd.lock().unwrap();
+                    state.readable = true;
+                    let waker = state.registered.take();
+                    drop(state);
+                    if let Some(waker) = waker {
+                        waker.wake();
+                    }
+                })
+            };
+            let count = Arc::new(Count(AtomicUsize::new(0)));
+            let task = Waker::from(count.clone());
+            let mut found = false;
+            for _ in 0..2 {
+                relayed.relay.set_task(&task);
+                found |= relayed.poll(|cx| look(&fd, cx)).is_ready();
+            }
+            reactor.join().unwrap();
+            assert!(
+                found || count.0.load(Ordering::SeqCst) > 0,
+                "the task was neither woken nor saw the channel readable"
+            );
+            relayed.relay.set_task(&task);
+            assert!(
+                relayed.poll(|cx| look(&fd, cx)).is_ready(),
+                "after the wake-up the watch did not look at the channel"
+            );
+        });
     }
 }

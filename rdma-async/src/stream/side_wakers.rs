@@ -10,9 +10,11 @@
 //! side, the most recent; each pending `readable()`/`writable()` future keeps its own until it
 //! is woken or dropped.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, PoisonError};
 use std::task::{Wake, Waker};
+
+use crate::sync::{AtomicBool, Mutex, MutexGuard};
 
 use super::driver::Side;
 
@@ -186,7 +188,7 @@ impl SideWakers {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Waiting> {
+    fn lock(&self) -> MutexGuard<'_, Waiting> {
         // Every update leaves the lists consistent; a panicking waker cannot poison them.
         self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -342,5 +344,77 @@ mod tests {
         assert_eq!(woken(&a), 0);
         side.wake_all();
         assert_eq!(woken(&a), 1);
+    }
+}
+
+#[cfg(all(test, rdma_async_loom))]
+mod loom_tests {
+    //! Under loom, the `maybe_waiting` fast path with its documented protocol: a task registers,
+    //! then looks at the stream under the stream's lock; a handler changes the stream and wakes
+    //! the side under the same lock. In every interleaving each task either saw the change or
+    //! was woken, also while an earlier wake-up empties the side and clears the flag.
+
+    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
+
+    use loom::sync::Mutex as StreamLock;
+    use loom::sync::atomic::AtomicUsize;
+    use loom::thread;
+
+    use super::*;
+
+    struct Counter(AtomicUsize);
+
+    impl Wake for Counter {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    fn counter() -> (Arc<Counter>, Waker) {
+        let count = Arc::new(Counter(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    fn woken(count: &Counter) -> bool {
+        count.0.load(Ordering::SeqCst) > 0
+    }
+
+    /// Two tasks that found the stream empty wait (one through a readiness future, one through
+    /// a poll function, on another thread) while a handler makes it readable.
+    #[test]
+    fn loom_a_registration_racing_a_wake_up_never_loses_it() {
+        loom::model(|| {
+            let side = Arc::new(SideWakers::default());
+            let stream = Arc::new(StreamLock::new(false));
+            let handler = {
+                let (side, stream) = (side.clone(), stream.clone());
+                thread::spawn(move || {
+                    let mut readable = stream.lock().unwrap();
+                    *readable = true;
+                    side.wake_all();
+                })
+            };
+            let poller = {
+                let (side, stream) = (side.clone(), stream.clone());
+                thread::spawn(move || {
+                    let (count, waker) = counter();
+                    side.register(Waiter::Poll, &waker);
+                    let saw = *stream.lock().unwrap();
+                    (saw, count)
+                })
+            };
+            let (count, waker) = counter();
+            let mut registration = side.registration();
+            side.register(Waiter::Future(&mut registration), &waker);
+            let saw = *stream.lock().unwrap();
+            handler.join().unwrap();
+            let (poller_saw, poller_count) = poller.join().unwrap();
+            assert!(saw || woken(&count), "the future's wake-up was lost");
+            assert!(
+                poller_saw || woken(&poller_count),
+                "the poll function's wake-up was lost"
+            );
+        });
     }
 }

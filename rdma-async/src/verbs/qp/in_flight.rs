@@ -9,10 +9,11 @@
 //! to it, so the table, and every buffer still in it, outlives the queue that could touch them.
 
 use std::io;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::PoisonError;
 use std::task::{Context, Poll, Waker};
 
 use crate::error;
+use crate::sync::{Mutex, MutexGuard};
 use crate::verbs::cq::{WcStatus, WorkCompletion};
 use crate::verbs::mr::{UserBuffer, WindowBinding};
 
@@ -421,5 +422,58 @@ mod tests {
             Some((WorkQueue::Recv, _))
         ));
         assert_eq!(table.outstanding(), 0);
+    }
+}
+
+#[cfg(all(test, rdma_async_loom))]
+mod loom_tests {
+    //! Under loom: a waiter whose future is dropped racing the completion (or the flush) of its
+    //! request. Whoever frees the slot hands its buffers back: exactly one of the waiter's poll,
+    //! its abandonment and the poller, in every interleaving, and the slot is free afterwards.
+
+    use std::sync::Arc;
+
+    use loom::thread;
+
+    use super::*;
+
+    /// Runs the waiter (one poll, then dropped) against `poller` (true when it freed the slot).
+    fn race(poller: fn(&InFlightTable, u64) -> bool) {
+        loom::model(move || {
+            let table = Arc::new(InFlightTable::new(1, false));
+            let (ticket, id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+            let poller = {
+                let table = table.clone();
+                thread::spawn(move || poller(&table, id))
+            };
+            let mut cx = Context::from_waker(Waker::noop());
+            let by_poll = table.poll(&ticket, &mut cx).is_ready();
+            let by_abandon = !by_poll && table.abandon(&ticket).is_some();
+            let by_poller = poller.join().unwrap();
+            let handed_back = [by_poll, by_abandon, by_poller];
+            assert_eq!(
+                handed_back.iter().filter(|&&b| b).count(),
+                1,
+                "the buffers went back {handed_back:?} (poll, abandon, poller)"
+            );
+            assert_eq!(table.outstanding(), 0);
+            assert!(table.insert(Held::Nothing, WorkQueue::Recv).is_ok());
+        });
+    }
+
+    #[test]
+    fn loom_a_dropped_waiter_racing_its_completion_frees_the_slot_once() {
+        race(|table, id| {
+            let wc = WorkCompletion {
+                wr_id: id,
+                ..WorkCompletion::EMPTY
+            };
+            table.complete(&wc).is_some()
+        });
+    }
+
+    #[test]
+    fn loom_a_dropped_waiter_racing_a_flush_frees_the_slot_once() {
+        race(|table, _| !table.flush_all().is_empty());
     }
 }
