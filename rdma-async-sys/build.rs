@@ -1,7 +1,12 @@
 //! Links the system libibverbs and librdmacm and compiles the C shim for their `static inline` verbs.
-//! The Rust bindings are committed (src/bindings.rs), so no libclang is needed here.
+//! The Rust bindings are committed (src/bindings.rs), so no libclang is needed here. Also writes the
+//! layout check's tables (build/layout.rs), which `tests/layout.rs` compares on the target.
 
+use std::path::PathBuf;
 use std::process::exit;
+
+#[path = "build/layout.rs"]
+mod layout;
 
 const INSTALL_HINT: &str = "install the RDMA development packages, e.g. on Debian/Ubuntu: \
      `apt-get install libibverbs-dev librdmacm-dev pkg-config` (Fedora/RHEL: `dnf install rdma-core-devel pkgconf`)";
@@ -29,12 +34,26 @@ fn main() {
         return;
     }
     println!("cargo:rerun-if-changed=csrc/shim.h");
+    println!("cargo:rerun-if-changed=csrc/wrapper.h");
+    println!("cargo:rerun-if-changed=src/bindings.rs");
+    println!("cargo:rerun-if-changed=build/layout.rs");
     let verbs = probe("libibverbs");
     let rdmacm = probe("librdmacm");
+
+    // The C side of the layout check, compiled with the shim. An object of its own in the archive:
+    // only the layout test refers to its table, so nothing else links it.
+    let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let bindings = std::fs::read_to_string("src/bindings.rs").expect("src/bindings.rs is readable");
+    let tables = layout::tables(&bindings);
+    let layout_c = out_dir.join("layout.c");
+    std::fs::write(&layout_c, tables.c).expect("OUT_DIR is writable");
+    std::fs::write(out_dir.join("layout.rs"), tables.rust).expect("OUT_DIR is writable");
 
     let mut build = cc::Build::new();
     build
         .file("csrc/shim.c")
+        .file(&layout_c)
+        .include("csrc")
         .warnings(true)
         .extra_warnings(true);
     for path in verbs.include_paths.iter().chain(&rdmacm.include_paths) {

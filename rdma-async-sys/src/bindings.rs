@@ -89,6 +89,7 @@ pub struct __atomic_wide_counter__bindgen_ty_1 {
     pub __low: libc::c_uint,
     pub __high: libc::c_uint,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of __atomic_wide_counter__bindgen_ty_1"]
@@ -100,6 +101,7 @@ const _: () = {
     ["Offset of field: __atomic_wide_counter__bindgen_ty_1::__high"]
         [::core::mem::offset_of!(__atomic_wide_counter__bindgen_ty_1, __high) - 4usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of __atomic_wide_counter"][::core::mem::size_of::<__atomic_wide_counter>() - 8usize];
@@ -116,6 +118,7 @@ pub struct __pthread_internal_list {
     pub __prev: *mut __pthread_internal_list,
     pub __next: *mut __pthread_internal_list,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of __pthread_internal_list"]
@@ -140,6 +143,7 @@ pub struct __pthread_mutex_s {
     pub __elision: libc::c_short,
     pub __list: __pthread_list_t,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of __pthread_mutex_s"][::core::mem::size_of::<__pthread_mutex_s>() - 40usize];
@@ -172,6 +176,7 @@ pub struct __pthread_cond_s {
     pub __wrefs: libc::c_uint,
     pub __g_signals: [libc::c_uint; 2usize],
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of __pthread_cond_s"][::core::mem::size_of::<__pthread_cond_s>() - 48usize];
@@ -224,6 +229,7 @@ pub union ib_uverbs_flow_action_esp_encap__bindgen_ty_1 {
     pub val_ptr: *mut libc::c_void,
     pub val_ptr_data_u64: __u64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ib_uverbs_flow_action_esp_encap__bindgen_ty_1"]
@@ -244,6 +250,7 @@ pub union ib_uverbs_flow_action_esp_encap__bindgen_ty_2 {
     pub next_ptr: *mut ib_uverbs_flow_action_esp_encap,
     pub next_ptr_data_u64: __u64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ib_uverbs_flow_action_esp_encap__bindgen_ty_2"]
@@ -258,6 +265,7 @@ const _: () = {
     )
         - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ib_uverbs_flow_action_esp_encap"]
@@ -278,6 +286,7 @@ pub struct ib_uverbs_flow_action_esp {
     pub flags: __u32,
     pub hard_limit_pkts: __u64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ib_uverbs_flow_action_esp"]
@@ -334,6 +343,7 @@ pub struct ibv_gid__bindgen_ty_1 {
     pub subnet_prefix: __be64,
     pub interface_id: __be64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_gid__bindgen_ty_1"][::core::mem::size_of::<ibv_gid__bindgen_ty_1>() - 16usize];
@@ -344,6 +354,7 @@ const _: () = {
     ["Offset of field: ibv_gid__bindgen_ty_1::interface_id"]
         [::core::mem::offset_of!(ibv_gid__bindgen_ty_1, interface_id) - 8usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_gid"][::core::mem::size_of::<ibv_gid>() - 16usize];
@@ -368,6 +379,7 @@ pub struct ibv_gid_entry {
     pub gid_type: u32,
     pub ndev_ifindex: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_gid_entry"][::core::mem::size_of::<ibv_gid_entry>() - 32usize];
@@ -458,6 +470,7 @@ pub struct ibv_alloc_dm_attr {
     pub log_align_req: u32,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_alloc_dm_attr"][::core::mem::size_of::<ibv_alloc_dm_attr>() - 16usize];
@@ -498,6 +511,7 @@ pub struct ibv_dm {
     pub comp_mask: u32,
     pub handle: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_dm"][::core::mem::size_of::<ibv_dm>() - 32usize];
@@ -554,6 +568,7 @@ pub struct ibv_device_attr {
     pub local_ca_ack_delay: u8,
     pub phys_port_cnt: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_device_attr"][::core::mem::size_of::<ibv_device_attr>() - 232usize];
@@ -644,6 +659,7 @@ const _: () = {
 pub struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_query_device_ex_input"]
@@ -677,6 +693,7 @@ pub struct ibv_odp_caps__bindgen_ty_1 {
     pub uc_odp_caps: u32,
     pub ud_odp_caps: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_odp_caps__bindgen_ty_1"]
@@ -690,6 +707,7 @@ const _: () = {
     ["Offset of field: ibv_odp_caps__bindgen_ty_1::ud_odp_caps"]
         [::core::mem::offset_of!(ibv_odp_caps__bindgen_ty_1, ud_odp_caps) - 8usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_odp_caps"][::core::mem::size_of::<ibv_odp_caps>() - 24usize];
@@ -712,6 +730,7 @@ pub struct ibv_tso_caps {
     pub max_tso: u32,
     pub supported_qpts: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_tso_caps"][::core::mem::size_of::<ibv_tso_caps>() - 8usize];
@@ -751,6 +770,7 @@ pub struct ibv_rss_caps {
     pub rx_hash_fields_mask: u64,
     pub rx_hash_function: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_rss_caps"][::core::mem::size_of::<ibv_rss_caps>() - 32usize];
@@ -773,6 +793,7 @@ pub struct ibv_packet_pacing_caps {
     pub qp_rate_limit_max: u32,
     pub supported_qpts: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_packet_pacing_caps"][::core::mem::size_of::<ibv_packet_pacing_caps>() - 12usize];
@@ -809,6 +830,7 @@ pub struct ibv_tm_caps {
     pub max_ops: u32,
     pub max_sge: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_tm_caps"][::core::mem::size_of::<ibv_tm_caps>() - 20usize];
@@ -829,6 +851,7 @@ pub struct ibv_cq_moderation_caps {
     pub max_cq_count: u16,
     pub max_cq_period: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_cq_moderation_caps"][::core::mem::size_of::<ibv_cq_moderation_caps>() - 4usize];
@@ -854,6 +877,7 @@ pub struct ibv_pci_atomic_caps {
     pub swap: u16,
     pub compare_swap: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_pci_atomic_caps"][::core::mem::size_of::<ibv_pci_atomic_caps>() - 6usize];
@@ -886,6 +910,7 @@ pub struct ibv_device_attr_ex {
     pub xrc_odp_caps: u32,
     pub phys_port_cnt_ex: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_device_attr_ex"][::core::mem::size_of::<ibv_device_attr_ex>() - 400usize];
@@ -1021,6 +1046,7 @@ pub struct ibv_port_attr {
     pub flags: u8,
     pub port_cap_flags2: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_port_attr"][::core::mem::size_of::<ibv_port_attr>() - 52usize];
@@ -1108,6 +1134,7 @@ pub union ibv_async_event__bindgen_ty_1 {
     pub wq: *mut ibv_wq,
     pub port_num: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_async_event__bindgen_ty_1"]
@@ -1125,6 +1152,7 @@ const _: () = {
     ["Offset of field: ibv_async_event__bindgen_ty_1::port_num"]
         [::core::mem::offset_of!(ibv_async_event__bindgen_ty_1, port_num) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_async_event"][::core::mem::size_of::<ibv_async_event>() - 16usize];
@@ -1260,6 +1288,7 @@ pub union ibv_wc__bindgen_ty_1 {
     pub imm_data: __be32,
     pub invalidated_rkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_wc__bindgen_ty_1"][::core::mem::size_of::<ibv_wc__bindgen_ty_1>() - 4usize];
@@ -1269,6 +1298,7 @@ const _: () = {
     ["Offset of field: ibv_wc__bindgen_ty_1::invalidated_rkey"]
         [::core::mem::offset_of!(ibv_wc__bindgen_ty_1, invalidated_rkey) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_wc"][::core::mem::size_of::<ibv_wc>() - 48usize];
@@ -1309,6 +1339,7 @@ pub struct ibv_mw_bind_info {
     pub length: u64,
     pub mw_access_flags: libc::c_uint,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_mw_bind_info"][::core::mem::size_of::<ibv_mw_bind_info>() - 32usize];
@@ -1328,6 +1359,7 @@ pub struct ibv_pd {
     pub context: *mut ibv_context,
     pub handle: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_pd"][::core::mem::size_of::<ibv_pd>() - 16usize];
@@ -1340,6 +1372,7 @@ const _: () = {
 pub struct ibv_td_init_attr {
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_td_init_attr"][::core::mem::size_of::<ibv_td_init_attr>() - 4usize];
@@ -1352,6 +1385,7 @@ const _: () = {
 pub struct ibv_td {
     pub context: *mut ibv_context,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_td"][::core::mem::size_of::<ibv_td>() - 8usize];
@@ -1373,6 +1407,7 @@ pub struct ibv_xrcd_init_attr {
     pub fd: libc::c_int,
     pub oflags: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_xrcd_init_attr"][::core::mem::size_of::<ibv_xrcd_init_attr>() - 12usize];
@@ -1389,6 +1424,7 @@ const _: () = {
 pub struct ibv_xrcd {
     pub context: *mut ibv_context,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_xrcd"][::core::mem::size_of::<ibv_xrcd>() - 8usize];
@@ -1415,6 +1451,7 @@ pub struct ibv_mr {
     pub lkey: u32,
     pub rkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_mr"][::core::mem::size_of::<ibv_mr>() - 48usize];
@@ -1443,6 +1480,7 @@ pub struct ibv_mw {
     pub handle: u32,
     pub type_: ibv_mw_type::Type,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_mw"][::core::mem::size_of::<ibv_mw>() - 32usize];
@@ -1462,6 +1500,7 @@ pub struct ibv_global_route {
     pub hop_limit: u8,
     pub traffic_class: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_global_route"][::core::mem::size_of::<ibv_global_route>() - 24usize];
@@ -1487,6 +1526,7 @@ pub struct ibv_grh {
     pub sgid: ibv_gid,
     pub dgid: ibv_gid,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_grh"][::core::mem::size_of::<ibv_grh>() - 40usize];
@@ -1539,6 +1579,7 @@ pub struct ibv_ah_attr {
     pub is_global: u8,
     pub port_num: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_ah_attr"][::core::mem::size_of::<ibv_ah_attr>() - 32usize];
@@ -1569,6 +1610,7 @@ pub struct ibv_srq_attr {
     pub max_sge: u32,
     pub srq_limit: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_srq_attr"][::core::mem::size_of::<ibv_srq_attr>() - 12usize];
@@ -1586,6 +1628,7 @@ pub struct ibv_srq_init_attr {
     pub srq_context: *mut libc::c_void,
     pub attr: ibv_srq_attr,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_srq_init_attr"][::core::mem::size_of::<ibv_srq_init_attr>() - 24usize];
@@ -1620,6 +1663,7 @@ pub struct ibv_tm_cap {
     pub max_num_tags: u32,
     pub max_ops: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_tm_cap"][::core::mem::size_of::<ibv_tm_cap>() - 8usize];
@@ -1640,6 +1684,7 @@ pub struct ibv_srq_init_attr_ex {
     pub cq: *mut ibv_cq,
     pub tm_cap: ibv_tm_cap,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_srq_init_attr_ex"][::core::mem::size_of::<ibv_srq_init_attr_ex>() - 64usize];
@@ -1696,6 +1741,7 @@ pub struct ibv_wq_init_attr {
     pub comp_mask: u32,
     pub create_flags: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_wq_init_attr"][::core::mem::size_of::<ibv_wq_init_attr>() - 48usize];
@@ -1744,6 +1790,7 @@ pub struct ibv_wq_attr {
     pub flags: u32,
     pub flags_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_wq_attr"][::core::mem::size_of::<ibv_wq_attr>() - 20usize];
@@ -1766,6 +1813,7 @@ pub struct ibv_rwq_ind_table {
     pub ind_tbl_num: libc::c_int,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_rwq_ind_table"][::core::mem::size_of::<ibv_rwq_ind_table>() - 24usize];
@@ -1792,6 +1840,7 @@ pub struct ibv_rwq_ind_table_init_attr {
     pub ind_tbl: *mut *mut ibv_wq,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_rwq_ind_table_init_attr"]
@@ -1826,6 +1875,7 @@ pub struct ibv_qp_cap {
     pub max_recv_sge: u32,
     pub max_inline_data: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_cap"][::core::mem::size_of::<ibv_qp_cap>() - 20usize];
@@ -1852,6 +1902,7 @@ pub struct ibv_qp_init_attr {
     pub qp_type: ibv_qp_type::Type,
     pub sq_sig_all: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_init_attr"][::core::mem::size_of::<ibv_qp_init_attr>() - 64usize];
@@ -1918,6 +1969,7 @@ pub struct ibv_rx_hash_conf {
     pub rx_hash_key: *mut u8,
     pub rx_hash_fields_mask: u64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_rx_hash_conf"][::core::mem::size_of::<ibv_rx_hash_conf>() - 24usize];
@@ -1951,6 +2003,7 @@ pub struct ibv_qp_init_attr_ex {
     pub source_qpn: u32,
     pub send_ops_flags: u64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_init_attr_ex"][::core::mem::size_of::<ibv_qp_init_attr_ex>() - 136usize];
@@ -2007,6 +2060,7 @@ pub struct ibv_qp_open_attr {
     pub qp_context: *mut libc::c_void,
     pub qp_type: ibv_qp_type::Type,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_open_attr"][::core::mem::size_of::<ibv_qp_open_attr>() - 32usize];
@@ -2100,6 +2154,7 @@ pub struct ibv_qp_attr {
     pub alt_timeout: u8,
     pub rate_limit: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_attr"][::core::mem::size_of::<ibv_qp_attr>() - 144usize];
@@ -2163,6 +2218,7 @@ pub struct ibv_qp_rate_limit_attr {
     pub typical_pkt_sz: u16,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_rate_limit_attr"][::core::mem::size_of::<ibv_qp_rate_limit_attr>() - 16usize];
@@ -2211,6 +2267,7 @@ pub struct ibv_data_buf {
     pub addr: *mut libc::c_void,
     pub length: usize,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_data_buf"][::core::mem::size_of::<ibv_data_buf>() - 16usize];
@@ -2226,6 +2283,7 @@ pub struct ibv_sge {
     pub length: u32,
     pub lkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_sge"][::core::mem::size_of::<ibv_sge>() - 16usize];
@@ -2254,6 +2312,7 @@ pub union ibv_send_wr__bindgen_ty_1 {
     pub imm_data: __be32,
     pub invalidate_rkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_1"]
@@ -2278,6 +2337,7 @@ pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
     pub remote_addr: u64,
     pub rkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_2__bindgen_ty_1"]
@@ -2297,6 +2357,7 @@ pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
     pub swap: u64,
     pub rkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_2__bindgen_ty_2"]
@@ -2319,6 +2380,7 @@ pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
     pub remote_qpn: u32,
     pub remote_qkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_2__bindgen_ty_3"]
@@ -2332,6 +2394,7 @@ const _: () = {
     ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_3::remote_qkey"]
         [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_3, remote_qkey) - 12usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_2"]
@@ -2355,6 +2418,7 @@ pub union ibv_send_wr__bindgen_ty_3 {
 pub struct ibv_send_wr__bindgen_ty_3__bindgen_ty_1 {
     pub remote_srqn: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_3__bindgen_ty_1"]
@@ -2364,6 +2428,7 @@ const _: () = {
     ["Offset of field: ibv_send_wr__bindgen_ty_3__bindgen_ty_1::remote_srqn"]
         [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_3__bindgen_ty_1, remote_srqn) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_3"]
@@ -2386,6 +2451,7 @@ pub struct ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
     pub rkey: u32,
     pub bind_info: ibv_mw_bind_info,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_4__bindgen_ty_1"]
@@ -2406,6 +2472,7 @@ pub struct ibv_send_wr__bindgen_ty_4__bindgen_ty_2 {
     pub hdr_sz: u16,
     pub mss: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_4__bindgen_ty_2"]
@@ -2419,6 +2486,7 @@ const _: () = {
     ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_2::mss"]
         [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_2, mss) - 10usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr__bindgen_ty_4"]
@@ -2430,6 +2498,7 @@ const _: () = {
     ["Offset of field: ibv_send_wr__bindgen_ty_4::tso"]
         [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4, tso) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_send_wr"][::core::mem::size_of::<ibv_send_wr>() - 128usize];
@@ -2456,6 +2525,7 @@ pub struct ibv_recv_wr {
     pub sg_list: *mut ibv_sge,
     pub num_sge: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_recv_wr"][::core::mem::size_of::<ibv_recv_wr>() - 32usize];
@@ -2507,6 +2577,7 @@ pub struct ibv_ops_wr__bindgen_ty_1__bindgen_ty_1 {
     pub tag: u64,
     pub mask: u64,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_ops_wr__bindgen_ty_1__bindgen_ty_1"]
@@ -2524,6 +2595,7 @@ const _: () = {
     ["Offset of field: ibv_ops_wr__bindgen_ty_1__bindgen_ty_1::mask"]
         [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1__bindgen_ty_1, mask) - 32usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_ops_wr__bindgen_ty_1"]
@@ -2537,6 +2609,7 @@ const _: () = {
     ["Offset of field: ibv_ops_wr__bindgen_ty_1::add"]
         [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1, add) - 8usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_ops_wr"][::core::mem::size_of::<ibv_ops_wr>() - 72usize];
@@ -2554,6 +2627,7 @@ pub struct ibv_mw_bind {
     pub send_flags: libc::c_uint,
     pub bind_info: ibv_mw_bind_info,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_mw_bind"][::core::mem::size_of::<ibv_mw_bind>() - 48usize];
@@ -2574,6 +2648,7 @@ pub struct ibv_srq {
     pub cond: pthread_cond_t,
     pub events_completed: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_srq"][::core::mem::size_of::<ibv_srq>() - 128usize];
@@ -2610,6 +2685,7 @@ pub struct ibv_wq {
     pub events_completed: u32,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_wq"][::core::mem::size_of::<ibv_wq>() - 152usize];
@@ -2645,6 +2721,7 @@ pub struct ibv_qp {
     pub cond: pthread_cond_t,
     pub events_completed: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp"][::core::mem::size_of::<ibv_qp>() - 160usize];
@@ -2744,6 +2821,7 @@ pub struct ibv_qp_ex {
         ),
     >,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_qp_ex"][::core::mem::size_of::<ibv_qp_ex>() - 352usize];
@@ -2803,6 +2881,7 @@ pub struct ibv_ece {
     pub options: u32,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_ece"][::core::mem::size_of::<ibv_ece>() - 12usize];
@@ -2818,6 +2897,7 @@ pub struct ibv_comp_channel {
     pub fd: libc::c_int,
     pub refcnt: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_comp_channel"][::core::mem::size_of::<ibv_comp_channel>() - 16usize];
@@ -2841,6 +2921,7 @@ pub struct ibv_cq {
     pub comp_events_completed: u32,
     pub async_events_completed: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_cq"][::core::mem::size_of::<ibv_cq>() - 128usize];
@@ -2862,6 +2943,7 @@ const _: () = {
 pub struct ibv_poll_cq_attr {
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_poll_cq_attr"][::core::mem::size_of::<ibv_poll_cq_attr>() - 4usize];
@@ -2875,6 +2957,7 @@ pub struct ibv_wc_tm_info {
     pub tag: u64,
     pub priv_: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_wc_tm_info"][::core::mem::size_of::<ibv_wc_tm_info>() - 16usize];
@@ -2929,6 +3012,7 @@ pub struct ibv_cq_ex {
     pub read_completion_wallclock_ns:
         ::core::option::Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u64>,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_cq_ex"][::core::mem::size_of::<ibv_cq_ex>() - 288usize];
@@ -2998,6 +3082,7 @@ pub struct ibv_moderate_cq {
     pub cq_count: u16,
     pub cq_period: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_moderate_cq"][::core::mem::size_of::<ibv_moderate_cq>() - 4usize];
@@ -3013,6 +3098,7 @@ pub struct ibv_modify_cq_attr {
     pub attr_mask: u32,
     pub moderate: ibv_moderate_cq,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_modify_cq_attr"][::core::mem::size_of::<ibv_modify_cq_attr>() - 8usize];
@@ -3029,6 +3115,7 @@ pub struct ibv_ah {
     pub pd: *mut ibv_pd,
     pub handle: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_ah"][::core::mem::size_of::<ibv_ah>() - 24usize];
@@ -3081,6 +3168,7 @@ pub struct ibv_flow_eth_filter {
     pub ether_type: u16,
     pub vlan_tag: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_eth_filter"][::core::mem::size_of::<ibv_flow_eth_filter>() - 16usize];
@@ -3102,6 +3190,7 @@ pub struct ibv_flow_spec_eth {
     pub val: ibv_flow_eth_filter,
     pub mask: ibv_flow_eth_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_eth"][::core::mem::size_of::<ibv_flow_spec_eth>() - 40usize];
@@ -3121,6 +3210,7 @@ pub struct ibv_flow_ipv4_filter {
     pub src_ip: u32,
     pub dst_ip: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_ipv4_filter"][::core::mem::size_of::<ibv_flow_ipv4_filter>() - 8usize];
@@ -3138,6 +3228,7 @@ pub struct ibv_flow_spec_ipv4 {
     pub val: ibv_flow_ipv4_filter,
     pub mask: ibv_flow_ipv4_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_ipv4"][::core::mem::size_of::<ibv_flow_spec_ipv4>() - 24usize];
@@ -3161,6 +3252,7 @@ pub struct ibv_flow_ipv4_ext_filter {
     pub ttl: u8,
     pub flags: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_ipv4_ext_filter"]
@@ -3188,6 +3280,7 @@ pub struct ibv_flow_spec_ipv4_ext {
     pub val: ibv_flow_ipv4_ext_filter,
     pub mask: ibv_flow_ipv4_ext_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_ipv4_ext"][::core::mem::size_of::<ibv_flow_spec_ipv4_ext>() - 32usize];
@@ -3212,6 +3305,7 @@ pub struct ibv_flow_ipv6_filter {
     pub traffic_class: u8,
     pub hop_limit: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_ipv6_filter"][::core::mem::size_of::<ibv_flow_ipv6_filter>() - 40usize];
@@ -3237,6 +3331,7 @@ pub struct ibv_flow_spec_ipv6 {
     pub val: ibv_flow_ipv6_filter,
     pub mask: ibv_flow_ipv6_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_ipv6"][::core::mem::size_of::<ibv_flow_spec_ipv6>() - 88usize];
@@ -3256,6 +3351,7 @@ pub struct ibv_flow_esp_filter {
     pub spi: u32,
     pub seq: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_esp_filter"][::core::mem::size_of::<ibv_flow_esp_filter>() - 8usize];
@@ -3273,6 +3369,7 @@ pub struct ibv_flow_spec_esp {
     pub val: ibv_flow_esp_filter,
     pub mask: ibv_flow_esp_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_esp"][::core::mem::size_of::<ibv_flow_spec_esp>() - 24usize];
@@ -3292,6 +3389,7 @@ pub struct ibv_flow_tcp_udp_filter {
     pub dst_port: u16,
     pub src_port: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_tcp_udp_filter"][::core::mem::size_of::<ibv_flow_tcp_udp_filter>() - 4usize];
@@ -3310,6 +3408,7 @@ pub struct ibv_flow_spec_tcp_udp {
     pub val: ibv_flow_tcp_udp_filter,
     pub mask: ibv_flow_tcp_udp_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_tcp_udp"][::core::mem::size_of::<ibv_flow_spec_tcp_udp>() - 16usize];
@@ -3331,6 +3430,7 @@ pub struct ibv_flow_gre_filter {
     pub protocol: u16,
     pub key: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_gre_filter"][::core::mem::size_of::<ibv_flow_gre_filter>() - 8usize];
@@ -3350,6 +3450,7 @@ pub struct ibv_flow_spec_gre {
     pub val: ibv_flow_gre_filter,
     pub mask: ibv_flow_gre_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_gre"][::core::mem::size_of::<ibv_flow_spec_gre>() - 24usize];
@@ -3368,6 +3469,7 @@ const _: () = {
 pub struct ibv_flow_mpls_filter {
     pub label: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_mpls_filter"][::core::mem::size_of::<ibv_flow_mpls_filter>() - 4usize];
@@ -3383,6 +3485,7 @@ pub struct ibv_flow_spec_mpls {
     pub val: ibv_flow_mpls_filter,
     pub mask: ibv_flow_mpls_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_mpls"][::core::mem::size_of::<ibv_flow_spec_mpls>() - 16usize];
@@ -3401,6 +3504,7 @@ const _: () = {
 pub struct ibv_flow_tunnel_filter {
     pub tunnel_id: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_tunnel_filter"][::core::mem::size_of::<ibv_flow_tunnel_filter>() - 4usize];
@@ -3417,6 +3521,7 @@ pub struct ibv_flow_spec_tunnel {
     pub val: ibv_flow_tunnel_filter,
     pub mask: ibv_flow_tunnel_filter,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_tunnel"][::core::mem::size_of::<ibv_flow_spec_tunnel>() - 16usize];
@@ -3437,6 +3542,7 @@ pub struct ibv_flow_spec_action_tag {
     pub size: u16,
     pub tag_id: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_action_tag"]
@@ -3456,6 +3562,7 @@ pub struct ibv_flow_spec_action_drop {
     pub type_: ibv_flow_spec_type::Type,
     pub size: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_action_drop"]
@@ -3474,6 +3581,7 @@ pub struct ibv_flow_spec_action_handle {
     pub size: u16,
     pub action: *const ibv_flow_action,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_action_handle"]
@@ -3494,6 +3602,7 @@ pub struct ibv_flow_spec_counter_action {
     pub size: u16,
     pub counters: *mut ibv_counters,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec_counter_action"]
@@ -3536,6 +3645,7 @@ pub struct ibv_flow_spec__bindgen_ty_1__bindgen_ty_1 {
     pub type_: ibv_flow_spec_type::Type,
     pub size: u16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec__bindgen_ty_1__bindgen_ty_1"]
@@ -3547,6 +3657,7 @@ const _: () = {
     ["Offset of field: ibv_flow_spec__bindgen_ty_1__bindgen_ty_1::size"]
         [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1__bindgen_ty_1, size) - 4usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec__bindgen_ty_1"]
@@ -3582,6 +3693,7 @@ const _: () = {
     ["Offset of field: ibv_flow_spec__bindgen_ty_1::flow_count"]
         [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, flow_count) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_spec"][::core::mem::size_of::<ibv_flow_spec>() - 88usize];
@@ -3598,6 +3710,7 @@ pub struct ibv_flow_attr {
     pub port: u8,
     pub flags: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_attr"][::core::mem::size_of::<ibv_flow_attr>() - 20usize];
@@ -3623,6 +3736,7 @@ pub struct ibv_flow {
     pub context: *mut ibv_context,
     pub handle: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow"][::core::mem::size_of::<ibv_flow>() - 24usize];
@@ -3636,6 +3750,7 @@ const _: () = {
 pub struct ibv_flow_action {
     pub context: *mut ibv_context,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_action"][::core::mem::size_of::<ibv_flow_action>() - 8usize];
@@ -3663,6 +3778,7 @@ pub struct ibv_flow_action_esp_attr {
     pub comp_mask: u32,
     pub esn: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_flow_action_esp_attr"]
@@ -3698,6 +3814,7 @@ pub struct _ibv_device_ops {
     >,
     pub _dummy2: ::core::option::Option<unsafe extern "C" fn(context: *mut ibv_context)>,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of _ibv_device_ops"][::core::mem::size_of::<_ibv_device_ops>() - 16usize];
@@ -3725,6 +3842,7 @@ pub struct ibv_device {
     pub dev_path: [libc::c_char; 256usize],
     pub ibdev_path: [libc::c_char; 256usize],
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_device"][::core::mem::size_of::<ibv_device>() - 664usize];
@@ -3828,6 +3946,7 @@ pub struct ibv_context_ops {
     pub _compat_detach_mcast: ::core::option::Option<unsafe extern "C" fn() -> *mut libc::c_void>,
     pub _compat_async_event: ::core::option::Option<unsafe extern "C" fn() -> *mut libc::c_void>,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_context_ops"][::core::mem::size_of::<ibv_context_ops>() - 256usize];
@@ -3907,6 +4026,7 @@ pub struct ibv_context {
     pub mutex: pthread_mutex_t,
     pub abi_compat: *mut libc::c_void,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_context"][::core::mem::size_of::<ibv_context>() - 328usize];
@@ -3949,6 +4069,7 @@ pub struct ibv_cq_init_attr_ex {
     pub flags: u32,
     pub parent_domain: *mut ibv_pd,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_cq_init_attr_ex"][::core::mem::size_of::<ibv_cq_init_attr_ex>() - 56usize];
@@ -4002,6 +4123,7 @@ pub struct ibv_parent_domain_init_attr {
     >,
     pub pd_context: *mut libc::c_void,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_parent_domain_init_attr"]
@@ -4026,6 +4148,7 @@ const _: () = {
 pub struct ibv_counters_init_attr {
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_counters_init_attr"][::core::mem::size_of::<ibv_counters_init_attr>() - 4usize];
@@ -4039,6 +4162,7 @@ const _: () = {
 pub struct ibv_counters {
     pub context: *mut ibv_context,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_counters"][::core::mem::size_of::<ibv_counters>() - 8usize];
@@ -4060,6 +4184,7 @@ pub struct ibv_counter_attach_attr {
     pub index: u32,
     pub comp_mask: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_counter_attach_attr"]
@@ -4091,6 +4216,7 @@ pub struct ibv_values_ex {
     pub comp_mask: u32,
     pub raw_clock: timespec,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_values_ex"][::core::mem::size_of::<ibv_values_ex>() - 24usize];
@@ -4268,6 +4394,7 @@ pub union in6_addr__bindgen_ty_1 {
     pub __u6_addr16: [u16; 8usize],
     pub __u6_addr32: [u32; 4usize],
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of in6_addr__bindgen_ty_1"][::core::mem::size_of::<in6_addr__bindgen_ty_1>() - 16usize];
@@ -4303,6 +4430,7 @@ pub struct ibv_sa_path_rec {
     pub packet_life_time: u8,
     pub preference: u8,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_sa_path_rec"][::core::mem::size_of::<ibv_sa_path_rec>() - 64usize];
@@ -4368,6 +4496,7 @@ pub struct ibv_sa_mcmember_rec {
     pub join_state: u8,
     pub proxy_join: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_sa_mcmember_rec"][::core::mem::size_of::<ibv_sa_mcmember_rec>() - 64usize];
@@ -4423,6 +4552,7 @@ pub struct ibv_sa_service_rec {
     pub data32: [u32; 4usize],
     pub data64: [u64; 2usize],
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_sa_service_rec"][::core::mem::size_of::<ibv_sa_service_rec>() - 176usize];
@@ -4467,6 +4597,7 @@ pub struct ibv_path_record {
     pub preference: u8,
     pub reserved: [u8; 6usize],
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_path_record"][::core::mem::size_of::<ibv_path_record>() - 64usize];
@@ -4509,6 +4640,7 @@ pub struct ibv_path_data {
     pub reserved: u32,
     pub path: ibv_path_record,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of ibv_path_data"][::core::mem::size_of::<ibv_path_data>() - 72usize];
@@ -4556,6 +4688,7 @@ pub struct rdma_ib_addr {
     pub dgid: ibv_gid,
     pub pkey: __be16,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_ib_addr"][::core::mem::size_of::<rdma_ib_addr>() - 40usize];
@@ -4578,6 +4711,7 @@ pub struct rdma_addr__bindgen_ty_1 {
     pub src_storage: __BindgenUnionField<sockaddr_storage>,
     pub bindgen_union_field: __BindgenOpaqueArray8<[u8; 128usize]>,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_addr__bindgen_ty_1"]
@@ -4601,6 +4735,7 @@ pub struct rdma_addr__bindgen_ty_2 {
     pub dst_storage: __BindgenUnionField<sockaddr_storage>,
     pub bindgen_union_field: __BindgenOpaqueArray8<[u8; 128usize]>,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_addr__bindgen_ty_2"]
@@ -4621,6 +4756,7 @@ const _: () = {
 pub union rdma_addr__bindgen_ty_3 {
     pub ibaddr: rdma_ib_addr,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_addr__bindgen_ty_3"]
@@ -4630,6 +4766,7 @@ const _: () = {
     ["Offset of field: rdma_addr__bindgen_ty_3::ibaddr"]
         [::core::mem::offset_of!(rdma_addr__bindgen_ty_3, ibaddr) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_addr"][::core::mem::size_of::<rdma_addr>() - 296usize];
@@ -4642,6 +4779,7 @@ pub struct rdma_route {
     pub path_rec: *mut ibv_sa_path_rec,
     pub num_paths: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_route"][::core::mem::size_of::<rdma_route>() - 312usize];
@@ -4657,6 +4795,7 @@ const _: () = {
 pub struct rdma_event_channel {
     pub fd: libc::c_int,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_event_channel"][::core::mem::size_of::<rdma_event_channel>() - 4usize];
@@ -4682,6 +4821,7 @@ pub struct rdma_cm_id {
     pub pd: *mut ibv_pd,
     pub qp_type: ibv_qp_type::Type,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_cm_id"][::core::mem::size_of::<rdma_cm_id>() - 416usize];
@@ -4729,6 +4869,7 @@ pub struct rdma_conn_param {
     pub srq: u8,
     pub qp_num: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_conn_param"][::core::mem::size_of::<rdma_conn_param>() - 24usize];
@@ -4761,6 +4902,7 @@ pub struct rdma_ud_param {
     pub qp_num: u32,
     pub qkey: u32,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_ud_param"][::core::mem::size_of::<rdma_ud_param>() - 56usize];
@@ -4791,6 +4933,7 @@ pub union rdma_cm_event__bindgen_ty_1 {
     pub conn: rdma_conn_param,
     pub ud: rdma_ud_param,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_cm_event__bindgen_ty_1"]
@@ -4802,6 +4945,7 @@ const _: () = {
     ["Offset of field: rdma_cm_event__bindgen_ty_1::ud"]
         [::core::mem::offset_of!(rdma_cm_event__bindgen_ty_1, ud) - 0usize];
 };
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_cm_event"][::core::mem::size_of::<rdma_cm_event>() - 80usize];
@@ -4834,6 +4978,7 @@ pub struct rdma_addrinfo {
     pub ai_connect: *mut libc::c_void,
     pub ai_next: *mut rdma_addrinfo,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_addrinfo"][::core::mem::size_of::<rdma_addrinfo>() - 96usize];
@@ -4892,6 +5037,7 @@ pub struct rdma_cm_join_mc_attr_ex {
     pub join_flags: u32,
     pub addr: *mut sockaddr,
 }
+#[cfg(target_arch = "x86_64")]
 #[allow(clippy::unnecessary_operation, clippy::identity_op)]
 const _: () = {
     ["Size of rdma_cm_join_mc_attr_ex"]

@@ -17,6 +17,15 @@
 //! librdmacm 1.3.44.0, Debian 12) and are tested against it on Soft-RoCE;
 //! `scripts/regen-bindings --check` in the repository shows the diff against another machine's
 //! headers. The C shim is always compiled against the headers of the machine that builds.
+//!
+//! One set of bindings serves every 64-bit Linux target (x86_64 and aarch64 are built and tested):
+//! the only types whose layout differs between them, glibc's `pthread_mutex_t` and
+//! `pthread_cond_t` (inside `ibv_cq`, `ibv_srq`, `ibv_qp`, `ibv_context`, ...), come from the `libc`
+//! crate, which has them per target. bindgen's layout assertions, which hold the generating
+//! machine's numbers, apply on x86_64 only; on every target, the crate's `tests/layout.rs`
+//! compares the size and alignment of every struct and union here, and the offset and size of
+//! each field, with the target's C compiler (the build script writes both tables from
+//! `bindings.rs`).
 
 #![no_std]
 #![allow(non_camel_case_types, non_snake_case, non_upper_case_globals)]
