@@ -15,7 +15,7 @@
 //!
 //! - A [`BoundWindow`] grants a peer part of a [`LocalRegion`] through a memory window until an
 //!   invalidation revokes it; it holds the region meanwhile, and gives it back only once the
-//!   peer can no longer reach it.
+//!   peer can no longer reach it (never, when that cannot be known: see [`WindowError`]).
 //!
 //! The cost per operation over a raw `ibv_post_send`: a semaphore permit (the queue depth), one
 //! uncontended mutex for the slot table at post, completion and pick-up, and either a busy poll
@@ -54,6 +54,7 @@ mod reaping;
 mod received;
 mod srq;
 mod window;
+mod window_error;
 
 pub use crate::memory::{
     LocalRegion, RegisteredBytes, RemoteAccess, RemoteRegion, RemoteSlice, SharedRegion,
@@ -66,3 +67,4 @@ pub use options::RdmaOptions;
 pub use received::{Received, ReceivedOp};
 pub use srq::SharedReceiveQueue;
 pub use window::BoundWindow;
+pub use window_error::WindowError;

@@ -5,7 +5,9 @@
 
 use std::io;
 
-use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion};
+use rdma_async::rdma::{
+    BoundWindow, LocalRegion, RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion, WindowError,
+};
 use rdma_async_device_tests::data::cyclic;
 use rdma_async_device_tests::{guard, rdma_pair};
 
@@ -36,7 +38,6 @@ async fn a_window_grants_its_range_until_it_is_invalidated() {
         server.bind_window(region, 4096..6096, RemoteAccess::READ | RemoteAccess::WRITE),
     )
     .await
-    .map_err(|(e, _)| e)
     .unwrap();
     let remote = window.remote();
     assert_eq!(remote.len(), 2000);
@@ -73,8 +74,9 @@ async fn a_window_grants_its_range_until_it_is_invalidated() {
     );
 
     // The invalidation ends on the server's side; the region comes back with the peer's bytes.
-    let (inv, region) = guard("invalidate", server.invalidate_window(window)).await;
-    inv.unwrap();
+    let region = guard("invalidate", server.invalidate_window(window))
+        .await
+        .unwrap();
     let mut expect = cyclic(1, LEN);
     expect[4096..4196].copy_from_slice(&cyclic(7, 200)[..100]);
     expect[5996..6096].copy_from_slice(&cyclic(7, 200)[100..]);
@@ -92,7 +94,6 @@ async fn the_peer_reaches_nothing_past_the_windows_region() {
     region.fill(0x11);
     let window = guard("bind", server.bind_window(region, .., RemoteAccess::WRITE))
         .await
-        .map_err(|(e, _)| e)
         .unwrap();
     let remote = hand_over(&server, &client, window.remote()).await;
     // The last byte is the peer's; one byte past it, with the window's key, is refused.
@@ -114,7 +115,12 @@ async fn the_peer_reaches_nothing_past_the_windows_region() {
     assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
     // The responder's queue pair may be in the error state now, so the invalidation may fail;
     // the region comes back either way, with the one byte the peer was allowed to write.
-    let (_inv, region) = guard("invalidate", server.invalidate_window(window)).await;
+    let region = match guard("invalidate", server.invalidate_window(window)).await {
+        Ok(region) => region,
+        Err(e) => e
+            .into_region()
+            .expect("a failed invalidation's window was deallocated"),
+    };
     assert!(region[..4095].iter().all(|&b| b == 0x11));
     assert_eq!(region[4095], 0x22);
 }
@@ -125,11 +131,11 @@ async fn an_invalidated_window_refuses_the_peer() {
     let region = server.reg_bindable(4096).unwrap();
     let window = guard("bind", server.bind_window(region, .., RemoteAccess::WRITE))
         .await
-        .map_err(|(e, _)| e)
         .unwrap();
     let remote = hand_over(&server, &client, window.remote()).await;
-    let (inv, mut region) = guard("invalidate", server.invalidate_window(window)).await;
-    inv.unwrap();
+    let mut region = guard("invalidate", server.invalidate_window(window))
+        .await
+        .unwrap();
     // Only now is the region ours to change: nobody else can write it.
     region.fill(0x5a);
     // The server tells the client the window is gone (a message after the invalidation's
@@ -154,48 +160,60 @@ async fn an_invalidated_window_refuses_the_peer() {
     );
 }
 
+/// The error of a bind that had to fail, and the region it gives back.
+fn refused(bind: Result<BoundWindow, WindowError>, what: &str) -> (io::Error, LocalRegion) {
+    let (e, region) = bind.expect_err(what).into_parts();
+    (e, region.expect("a refused bind gives the region back"))
+}
+
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn window_misuse_is_refused_and_the_region_comes_back() {
     let (server, _client) = rdma_pair(&RdmaOptions::new()).await;
     // A region registered without window binding.
     let plain = server.reg_msgs(4096).unwrap();
-    let (e, plain) = server
-        .bind_window(plain, .., RemoteAccess::WRITE)
-        .await
-        .expect_err("a region without MW_BIND");
+    let (e, plain) = refused(
+        server.bind_window(plain, .., RemoteAccess::WRITE).await,
+        "a region without MW_BIND",
+    );
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     assert!(e.to_string().contains("reg_bindable"), "{e}");
     assert_eq!(plain.len(), 4096);
     // Empty and out-of-range windows.
     let region = server.reg_bindable(4096).unwrap();
-    let (e, region) = server
-        .bind_window(region, 10..10, RemoteAccess::WRITE)
-        .await
-        .expect_err("an empty window");
+    let (e, region) = refused(
+        server
+            .bind_window(region, 10..10, RemoteAccess::WRITE)
+            .await,
+        "an empty window",
+    );
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
-    let (e, region) = server
-        .bind_window(region, 4000..4097, RemoteAccess::WRITE)
-        .await
-        .expect_err("a window past the region");
+    let (e, region) = refused(
+        server
+            .bind_window(region, 4000..4097, RemoteAccess::WRITE)
+            .await,
+        "a window past the region",
+    );
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     // A region of another device context (its own protection domain).
     let other = rdma_async::device::DeviceContext::open(server.device_name())
         .unwrap()
         .reg_bindable(4096)
         .unwrap();
-    let (e, _other) = guard(
-        "foreign bind",
-        server.bind_window(other, .., RemoteAccess::WRITE),
-    )
-    .await
-    .expect_err("a region of another context");
+    let (e, _other) = refused(
+        guard(
+            "foreign bind",
+            server.bind_window(other, .., RemoteAccess::WRITE),
+        )
+        .await,
+        "a region of another context",
+    );
     assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
     // The connection still works: a valid bind after the refusals succeeds.
     let window = guard("bind", server.bind_window(region, .., RemoteAccess::READ))
         .await
-        .map_err(|(e, _)| e)
         .unwrap();
-    let (inv, region) = guard("invalidate", server.invalidate_window(window)).await;
-    inv.unwrap();
+    let region = guard("invalidate", server.invalidate_window(window))
+        .await
+        .unwrap();
     assert_eq!(region.len(), 4096);
 }

@@ -1,9 +1,9 @@
 //! Test hook (`--cfg rdma_async_hooks`): makes this thread's next creation of a verbs object fail
 //! with a chosen errno, as a device out of queue pairs, completion queues or memory regions
 //! would, so tests can check the error and that the process goes on serving; and its next
-//! teardown of one fail, leaving the object in place, as a failed `ibv_dereg_mr` does, so tests
-//! can check that nothing trusts a teardown that did not happen. Thread-local, so tests running
-//! beside each other (on other threads) are not affected.
+//! teardown of one fail, leaving the object in place, as a failed `ibv_dereg_mr` or
+//! `ibv_dealloc_mw` does, so tests can check that nothing trusts a teardown that did not happen.
+//! Thread-local, so tests running beside each other (on other threads) are not affected.
 
 use std::cell::RefCell;
 
@@ -14,6 +14,8 @@ use super::resource::Resource;
 pub enum Teardown {
     /// A memory deregistration (`ibv_dereg_mr`).
     DeregisterMemory,
+    /// A memory window deallocation (`ibv_dealloc_mw`).
+    DeallocWindow,
 }
 
 thread_local! {

@@ -7,6 +7,7 @@
 //! the window does not cover.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::ptr::NonNull;
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ pub(crate) struct MemoryWindow {
 }
 
 // SAFETY: libibverbs objects may be used from any thread; the window's C struct is only read
-// (its key) and freed once, in `Drop`.
+// (its key) and freed once, in `dealloc` or `Drop`.
 unsafe impl Send for MemoryWindow {}
 // SAFETY: as above; `&self` methods only read plain fields.
 unsafe impl Sync for MemoryWindow {}
@@ -154,6 +155,21 @@ impl MemoryWindow {
     pub(crate) fn fill_invalidate(&self, wr: &mut sys::ibv_send_wr) {
         fill_invalidate_key(wr, self.bound_rkey);
     }
+
+    /// Deallocates the window (`ibv_dealloc_mw`), which revokes it if it is bound.
+    ///
+    /// # Errors
+    ///
+    /// The error of `ibv_dealloc_mw`. The window is then leaked (never freed nor reused), and
+    /// may still be bound: the caller must not free or reuse memory it may be bound over
+    /// unless its key is known to be revoked.
+    pub(crate) fn dealloc(self) -> io::Result<()> {
+        let this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again, so the domain's reference is moved out
+        // of it exactly once.
+        let pd = unsafe { std::ptr::read(&this.pd) };
+        dealloc_raw(this.raw, pd)
+    }
 }
 
 /// Fills `wr` as the local invalidation of window key `rkey`.
@@ -164,11 +180,35 @@ pub(crate) fn fill_invalidate_key(wr: &mut sys::ibv_send_wr, rkey: u32) {
 
 impl Drop for MemoryWindow {
     fn drop(&mut self) {
-        // SAFETY: the window is live and freed once; its domain outlives it (the `Arc`).
-        // Deallocating a bound window revokes it.
-        let ret = unsafe { sys::rdma_async_dealloc_mw(self.raw.as_ptr()) };
-        if ret != 0 {
-            tracing::warn!(errno = ret, "ibv_dealloc_mw failed");
+        // Owners that can act on a failure call `dealloc`; here it can only be logged (the
+        // window is leaked, and its domain with it, by `dealloc_raw`).
+        if let Err(e) = dealloc_raw(self.raw, Arc::clone(&self.pd)) {
+            tracing::warn!("{e}: the memory window is leaked");
+        }
+    }
+}
+
+/// Deallocates the window `raw` of `pd` (`ibv_dealloc_mw`), which revokes it if it is bound.
+///
+/// On failure the window is leaked, never freed again nor reused: the provider still holds
+/// it, perhaps bound, and a second `ibv_dealloc_mw` of an object it may have half torn down is
+/// not safe. Its protection domain is leaked with it (`pd`'s reference is forgotten), since a
+/// domain cannot be deallocated under a window.
+fn dealloc_raw(raw: NonNull<sys::ibv_mw>, pd: Arc<ProtectionDomain>) -> io::Result<()> {
+    #[cfg(rdma_async_hooks)]
+    if let Some(errno) = crate::verbs::device::fault_injection::injected_teardown(
+        crate::verbs::device::fault_injection::Teardown::DeallocWindow,
+    ) {
+        std::mem::forget(pd);
+        return Err(error::call_error("ibv_dealloc_mw", errno));
+    }
+    // SAFETY: the window is live and freed once (its owner is consumed or being dropped, and
+    // on failure it is never freed again); its domain outlives it (`pd`).
+    match unsafe { sys::rdma_async_dealloc_mw(raw.as_ptr()) } {
+        0 => Ok(()),
+        errno => {
+            std::mem::forget(pd);
+            Err(error::call_error("ibv_dealloc_mw", errno))
         }
     }
 }
@@ -187,11 +227,101 @@ pub(crate) enum WindowOp {
     Invalidate,
 }
 
-/// A window and the region it is (or is being) bound over. The window is declared first so it
-/// is deallocated, revoking the peer's access, before the region is deregistered and freed
-/// (providers refuse to deregister memory a window is still bound to).
+/// A window and the region it is (or is being) bound over.
+///
+/// The region comes out only through [`Self::release`], once the window was deallocated or its
+/// key is known to be revoked: a window whose deallocation failed may still be bound, and then
+/// its region is leaked (left registered and allocated) rather than freed or reused under a key
+/// the peer may still hold. Dropping the binding releases it the same way, without a revoked
+/// key.
 #[derive(Debug)]
 pub(crate) struct WindowBinding {
-    pub(crate) window: MemoryWindow,
-    pub(crate) region: UserBuffer,
+    // Both taken once, by `release` or `Drop` (which `release` skips).
+    window: ManuallyDrop<MemoryWindow>,
+    region: ManuallyDrop<UserBuffer>,
+}
+
+/// A window deallocation that failed, and the region when it may come back (the window's key
+/// was revoked) or `None` when it was leaked.
+pub(crate) type Unreleased = (io::Error, Option<UserBuffer>);
+
+impl WindowBinding {
+    /// Binds nothing yet: `window` and the `region` it is to be bound over.
+    pub(crate) fn new(window: MemoryWindow, region: UserBuffer) -> Self {
+        WindowBinding {
+            window: ManuallyDrop::new(window),
+            region: ManuallyDrop::new(region),
+        }
+    }
+
+    /// The window.
+    pub(crate) fn window(&self) -> &MemoryWindow {
+        &self.window
+    }
+
+    /// The region the window is (or is being) bound over.
+    pub(crate) fn region(&self) -> &UserBuffer {
+        &self.region
+    }
+
+    /// Deallocates the window, then gives the region back. `key_revoked` says whether the
+    /// window's key is known to be revoked (a local invalidation of it completed successfully).
+    ///
+    /// # Errors
+    ///
+    /// The deallocation's error. The window is leaked; the region comes with the error when
+    /// the key was revoked, and is otherwise leaked too, since the window may still be bound
+    /// over it.
+    pub(crate) fn release(self, key_revoked: bool) -> Result<UserBuffer, Unreleased> {
+        let mut this = ManuallyDrop::new(self);
+        // SAFETY: `this` is never used or dropped again.
+        let (window, region) = unsafe { this.take_parts() };
+        release(window, region, key_revoked)
+    }
+
+    /// Moves the window and the region out.
+    ///
+    /// # Safety
+    ///
+    /// Called at most once, and the binding is not used afterwards (nor dropped, unless from
+    /// `Drop` itself).
+    unsafe fn take_parts(&mut self) -> (MemoryWindow, UserBuffer) {
+        // SAFETY: the caller guarantees the fields are taken once and not used again.
+        let window = unsafe { ManuallyDrop::take(&mut self.window) };
+        // SAFETY: as above.
+        let region = unsafe { ManuallyDrop::take(&mut self.region) };
+        (window, region)
+    }
+}
+
+/// [`WindowBinding::release`] of a window and its region.
+fn release(
+    window: MemoryWindow,
+    region: UserBuffer,
+    key_revoked: bool,
+) -> Result<UserBuffer, Unreleased> {
+    match window.dealloc() {
+        // The window is gone, and with it any access it granted.
+        Ok(()) => Ok(region),
+        Err(e) if key_revoked => Err((e, Some(region))),
+        Err(e) => {
+            // The window may still be bound over the region: deregistering or freeing it, or
+            // handing it back to be reused, would let the peer reach memory that is no longer
+            // the window's. Leaking it is the only safe end.
+            std::mem::forget(region);
+            Err((e, None))
+        }
+    }
+}
+
+impl Drop for WindowBinding {
+    fn drop(&mut self) {
+        // SAFETY: `drop` runs once, and `release` (which takes the fields otherwise) skips it.
+        let (window, region) = unsafe { self.take_parts() };
+        if let Err((e, _)) = release(window, region, false) {
+            tracing::warn!(
+                "{e}: the memory window may still be bound, so it and its region are leaked"
+            );
+        }
+    }
 }

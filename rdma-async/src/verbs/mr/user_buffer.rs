@@ -118,7 +118,8 @@ impl UserBuffer {
             // SAFETY: a `UserBuffer` outside a table has no work request outstanding (posting
             // moves it into the table, and it comes back only after its completion was polled),
             // and no window bound over it (a bound window's region lives in its
-            // `WindowBinding`, which gives no view, until the window is invalidated or freed).
+            // `WindowBinding`, which gives no view and lets it out only once the window was
+            // freed or its key revoked).
             Memory::Whole(buffer) => unsafe { buffer.local_slice() },
             // SAFETY: as above; the pool hands each slice out once, so this buffer is the only
             // owner of its range, and `&self` rules out the one mutable view (`as_mut_slice`).

@@ -35,7 +35,7 @@ impl Held {
             Held::Nothing => None,
             Held::One(b) => (index == 0).then_some(b),
             Held::Many(v) => v.get(index),
-            Held::Window(binding) => (index == 0).then_some(&binding.region),
+            Held::Window(binding) => (index == 0).then(|| binding.region()),
         }
     }
 }

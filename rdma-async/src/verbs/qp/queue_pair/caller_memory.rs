@@ -225,8 +225,8 @@ impl CallerMemoryQueuePair {
                 held,
             ));
         };
-        if !Arc::ptr_eq(binding.window.pd(), &self._pd)
-            || !Arc::ptr_eq(binding.region.registered().pd(), &self._pd)
+        if !Arc::ptr_eq(binding.window().pd(), &self._pd)
+            || !Arc::ptr_eq(binding.region().registered().pd(), &self._pd)
         {
             return Err((
                 error::invalid_input(
@@ -244,10 +244,10 @@ impl CallerMemoryQueuePair {
                 len,
                 access,
             } => binding
-                .window
-                .fill_bind(&mut wr, &binding.region, offset, len, access),
+                .window()
+                .fill_bind(&mut wr, binding.region(), offset, len, access),
             WindowOp::Invalidate => {
-                binding.window.fill_invalidate(&mut wr);
+                binding.window().fill_invalidate(&mut wr);
                 Ok(())
             }
         };
