@@ -27,7 +27,7 @@ impl<K: Hash + Eq + Clone, V> LruMap<K, V> {
         }
     }
 
-    #[cfg(any(test, rdma_async_hooks))]
+    #[cfg(any(test, rdma_async_hooks, rdma_async_fuzzing))]
     pub(crate) fn len(&self) -> usize {
         self.entries.len()
     }

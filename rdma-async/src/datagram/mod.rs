@@ -61,7 +61,7 @@ pub(crate) mod hello;
 mod lru;
 mod multicast;
 mod options;
-mod peers;
+pub(crate) mod peers;
 mod responder;
 mod sidr;
 mod socket;

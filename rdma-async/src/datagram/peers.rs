@@ -126,7 +126,7 @@ impl Sources {
     }
 
     /// How many senders are remembered: introduced or heard from, and anonymous SIDR ports.
-    #[cfg(any(test, rdma_async_hooks))]
+    #[cfg(any(test, rdma_async_hooks, rdma_async_fuzzing))]
     pub(crate) fn len(&self) -> usize {
         self.known.len() + self.anonymous_ports.len()
     }

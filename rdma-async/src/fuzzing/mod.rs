@@ -1,13 +1,17 @@
-//! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, and one for the
-//! stream driver over the fake device (`stream_driver`), each asserting its invariants (not
+//! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, one for the
+//! stream driver over the fake device (`stream_driver`), one for the table of outstanding work
+//! requests on caller memory (`in_flight`) and one for a datagram socket's sender tables
+//! (`datagram_peers`), each asserting its invariants (not
 //! only that it does not panic). The fuzz targets reach them through the hidden `__fuzz`
 //! module (`--cfg rdma_async_fuzzing`); the unit test below replays every file of
 //! `fuzz/corpus/` through them, so the seeds and every regression input a fuzzing run found are
 //! tests on every `cargo test`.
 
 mod conn_data;
+mod datagram_peers;
 mod grh;
 mod hello;
+mod in_flight;
 mod private_data;
 mod recv_path;
 mod remote_region;
@@ -16,8 +20,11 @@ mod stream_driver;
 use crate::proto::{Config, Connection, LocalLayout};
 
 pub use conn_data::conn_data;
+pub use datagram_peers::datagram_peers;
 pub use grh::grh;
 pub use hello::hello;
+pub(crate) use in_flight::Probe;
+pub use in_flight::in_flight;
 pub use private_data::private_data;
 pub use recv_path::recv_path;
 pub use remote_region::remote_region;
@@ -51,6 +58,8 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("remote_region", remote_region),
     ("private_data", private_data),
     ("stream_driver", stream_driver),
+    ("in_flight", in_flight),
+    ("datagram_peers", datagram_peers),
 ];
 
 #[cfg(test)]

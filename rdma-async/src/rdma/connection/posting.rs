@@ -117,6 +117,8 @@ impl RdmaConnection {
                 Held::Many(v) => v.into_iter().map(|b| B::from_user(Carried(b))).collect(),
                 // Only window operations hold a window.
                 Held::Window(_) => lost_buffer(),
+                #[cfg(any(test, rdma_async_fuzzing))]
+                Held::Probe(_) => lost_buffer(),
             }
         };
         if let Some(e) = bad {

@@ -27,6 +27,10 @@ pub(crate) enum Held {
     Many(Vec<UserBuffer>),
     /// A memory window and the region it is bound over (a bind or an invalidation).
     Window(Box<WindowBinding>),
+    /// A device-free stand-in for registered memory (the `in_flight` fuzz harness): it records
+    /// when it is dropped, so the harness sees every buffer come back exactly once.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    Probe(crate::fuzzing::Probe),
 }
 
 impl Held {
@@ -36,6 +40,8 @@ impl Held {
             Held::One(b) => (index == 0).then_some(b),
             Held::Many(v) => v.get(index),
             Held::Window(binding) => (index == 0).then(|| binding.region()),
+            #[cfg(any(test, rdma_async_fuzzing))]
+            Held::Probe(_) => None,
         }
     }
 }
