@@ -15,7 +15,8 @@ use crate::{STEP, guard};
 /// the multiarch one, `/usr/lib/x86_64-linux-gnu/rsocket/`; Fedora in `/usr/lib64/rsocket/`).
 const RSOCKET_SUBPATH: &str = "rsocket/librspreload.so";
 
-/// The library directories searched, each also one level down (the multiarch triplet).
+/// The library directories searched, each also one level down (the multiarch triplet of this
+/// machine's architecture).
 const LIB_DIRS: [&str; 5] = [
     "/usr/lib64",
     "/usr/lib",
@@ -50,9 +51,18 @@ fn find_rspreload() -> Option<PathBuf> {
         if direct.is_file() {
             return Some(direct);
         }
+        // Only this machine's own triplets (`x86_64-linux-gnu`, ...): with cross-building
+        // packages installed, `aarch64-linux-gnu` may hold one too, which cannot be preloaded
+        // into a program of another architecture.
+        let own_arch = format!("{}-", std::env::consts::ARCH);
         let mut subdirs: Vec<PathBuf> = std::fs::read_dir(dir)
             .ok()?
             .filter_map(|entry| entry.ok().map(|e| e.path()))
+            .filter(|path| {
+                path.file_name()
+                    .and_then(|name| name.to_str())
+                    .is_some_and(|name| name.starts_with(&own_arch))
+            })
             .collect();
         // Deterministic choice if several triplets have one.
         subdirs.sort();
