@@ -75,21 +75,22 @@
 //! The modules stand on floors, lowest first; a module uses only modules on lower floors (a
 //! test, `tests/module_floors.rs`, reads the sources and holds them to this list):
 //!
-//! 1. `error`: what the crate's `io::Error`s carry, and the helpers that build them.
-//! 2. `verbs`: RAII owners of the C objects of libibverbs and librdmacm; all the `unsafe`.
-//! 3. `proto`: rsockets' wire protocol as a state machine, without I/O (sans-IO).
-//! 4. `reactor`: completion queues registered with Tokio, and the busy-poll and yield policies.
-//! 5. `memory`: registered memory as owned values (`LocalRegion`, `SharedRegion`,
+//! 1. `sync`: the atomics and locks that the loom model checks replace (`--cfg rdma_async_loom`).
+//! 2. `error`: what the crate's `io::Error`s carry, and the helpers that build them.
+//! 3. `verbs`: RAII owners of the C objects of libibverbs and librdmacm; all the `unsafe`.
+//! 4. `proto`: rsockets' wire protocol as a state machine, without I/O (sans-IO).
+//! 5. `reactor`: completion queues registered with Tokio, and the busy-poll and yield policies.
+//! 6. `memory`: registered memory as owned values (`LocalRegion`, `SharedRegion`,
 //!    `RemoteRegion`) and the range checks on it.
-//! 6. `device`: the machine's devices, their contexts, pools and events.
-//! 7. `cm`: connection management: resolving, connecting, listening, and waiting on a
+//! 7. `device`: the machine's devices, their contexts, pools and events.
+//! 8. `cm`: connection management: resolving, connecting, listening, and waiting on a
 //!    connection's completions and rdma_cm events together.
-//! 8. `rdma`: `RdmaConnection`, verbs-level operations on registered memory.
-//! 9. `endpoint`: `Endpoint`, messages over a reliable connection.
-//! 10. `stream`: `RStream` and `RListener`, the rsockets byte stream.
-//! 11. `datagram`: `RDatagram`, unreliable datagrams and multicast.
-//! 12. `integration`: hyper, axum and tonic over `RStream`.
-//! 13. `fuzzing`: the fuzz harnesses of the decoders of peer input.
+//! 9. `rdma`: `RdmaConnection`, verbs-level operations on registered memory.
+//! 10. `endpoint`: `Endpoint`, messages over a reliable connection.
+//! 11. `stream`: `RStream` and `RListener`, the rsockets byte stream.
+//! 12. `datagram`: `RDatagram`, unreliable datagrams and multicast.
+//! 13. `integration`: hyper, axum and tonic over `RStream`.
+//! 14. `fuzzing`: the fuzz harnesses of the decoders of peer input.
 //!
 //! # Words for memory that changes hands
 //!

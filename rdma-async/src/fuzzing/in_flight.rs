@@ -23,23 +23,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::verbs::{Held, InFlightTable, Ticket, WcStatus, WorkCompletion, WorkQueue};
+use crate::verbs::{Held, InFlightTable, Probe, Ticket, WcStatus, WorkCompletion, WorkQueue};
 
 /// At most this many steps of an input are run (a bigger input is the same run).
 const MAX_STEPS: usize = 512;
-
-/// A device-free buffer for the table: dropping it adds its id to a shared log.
-#[derive(Debug)]
-pub(crate) struct Probe {
-    id: u32,
-    dropped: Arc<Mutex<Vec<u32>>>,
-}
-
-impl Drop for Probe {
-    fn drop(&mut self) {
-        lock(&self.dropped).push(self.id);
-    }
-}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)

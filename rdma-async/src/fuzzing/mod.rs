@@ -23,7 +23,6 @@ pub use conn_data::conn_data;
 pub use datagram_peers::datagram_peers;
 pub use grh::grh;
 pub use hello::hello;
-pub(crate) use in_flight::Probe;
 pub use in_flight::in_flight;
 pub use private_data::private_data;
 pub use recv_path::recv_path;

@@ -49,6 +49,8 @@ pub(crate) use mr::{
     WindowBinding, WindowOp, huge_page_size, page_size, prefetch,
 };
 pub(crate) use pd::{AddressHandle, GRH_LEN, ProtectionDomain};
+#[cfg(any(test, rdma_async_fuzzing))]
+pub(crate) use qp::Probe;
 pub(crate) use qp::{
     BufferView, Doorbell, Held, InFlightTable, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps,
     Segment, SendChain, SharedRecvQueue, Ticket, UdCaps, UdQueuePair, UdSend, WorkQueue,

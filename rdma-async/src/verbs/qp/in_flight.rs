@@ -30,7 +30,26 @@ pub(crate) enum Held {
     /// A device-free stand-in for registered memory (the `in_flight` fuzz harness): it records
     /// when it is dropped, so the harness sees every buffer come back exactly once.
     #[cfg(any(test, rdma_async_fuzzing))]
-    Probe(crate::fuzzing::Probe),
+    Probe(Probe),
+}
+
+/// A device-free buffer for the `in_flight` fuzz harness: dropping it adds its id to a shared
+/// log, so the harness sees which buffers came back and how often.
+#[cfg(any(test, rdma_async_fuzzing))]
+#[derive(Debug)]
+pub(crate) struct Probe {
+    pub(crate) id: u32,
+    pub(crate) dropped: std::sync::Arc<std::sync::Mutex<Vec<u32>>>,
+}
+
+#[cfg(any(test, rdma_async_fuzzing))]
+impl Drop for Probe {
+    fn drop(&mut self) {
+        self.dropped
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(self.id);
+    }
 }
 
 impl Held {

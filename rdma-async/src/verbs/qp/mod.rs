@@ -15,6 +15,8 @@ mod shared_recv_queue;
 mod ud_queue_pair;
 mod work_request;
 
+#[cfg(any(test, rdma_async_fuzzing))]
+pub(crate) use in_flight::Probe;
 pub(crate) use in_flight::{Held, InFlightTable, Ticket, WorkQueue};
 // `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export them; without them they
 // stay crate-private.
