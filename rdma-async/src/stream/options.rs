@@ -1,6 +1,7 @@
 //! Sizes and timeouts of an [`RStream`](super::RStream), with rsockets' defaults.
 
 use std::path::Path;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use crate::cm::handshake::{DialOptions, dial_setters};
@@ -19,8 +20,9 @@ const RSOCKET_CONFIG_DIR: &str = "/etc/rdma/rsocket";
 /// The defaults are rsockets' (128 KiB rings, 384-deep queues, 64 bytes inline, 10 µs
 /// busy-poll), overridden by the files rsockets itself reads under `/etc/rdma/rsocket`
 /// (`mem_default`, `wmem_default`, `sqsize_default`, `rqsize_default`, `inline_default`,
-/// `polling_time`) when they exist. Sizes are those of the rings: rsockets' `SO_SNDBUF`/
-/// `SO_RCVBUF` of `n` give rings of `2n` bytes.
+/// `polling_time`) when they exist; they are read once per process, the first time defaults
+/// are asked for (a later change to them is not seen, as in rsockets). Sizes are those of the
+/// rings: rsockets' `SO_SNDBUF`/`SO_RCVBUF` of `n` give rings of `2n` bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RStreamOptions {
     pub(crate) send_buffer_size: u32,
@@ -36,8 +38,14 @@ pub struct RStreamOptions {
 }
 
 impl Default for RStreamOptions {
+    /// rsockets' defaults with this host's overrides, read from `/etc/rdma/rsocket` once per
+    /// process (as rsockets reads them once), so no later call blocks on the filesystem: a
+    /// `connect` inside async code does not.
     fn default() -> Self {
-        Self::from_config_dir(Path::new(RSOCKET_CONFIG_DIR))
+        static HOST_DEFAULTS: OnceLock<RStreamOptions> = OnceLock::new();
+        HOST_DEFAULTS
+            .get_or_init(|| Self::from_config_dir(Path::new(RSOCKET_CONFIG_DIR)))
+            .clone()
     }
 }
 
