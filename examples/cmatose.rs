@@ -142,7 +142,7 @@ async fn run_client(args: &Args, server: &str) -> io::Result<()> {
     Ok(())
 }
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,

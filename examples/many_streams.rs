@@ -207,7 +207,8 @@ where
 fn main() -> Result<(), BoxError> {
     let args: Vec<String> = std::env::args().collect();
     // WORKERS, optional: 0 (the default) runs on a current-thread runtime, as
-    // `#[rdma_async::main]` does; N on a multi-thread runtime with N workers, as `#[tokio::main]`.
+    // `#[rdma_async::main(flavor = "current_thread")]` does; N on a multi-thread runtime with N
+    // workers, as `#[tokio::main]`.
     let workers: usize = if args.len() > 6 {
         arg(&args, 6, "WORKERS")?
     } else {

@@ -143,7 +143,7 @@ async fn exchange(args: &Args, group: IpAddr, sockets: &[RDatagram]) -> io::Resu
     Ok(())
 }
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = match parse_args() {
         Ok(args) => args,

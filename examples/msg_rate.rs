@@ -203,7 +203,7 @@ fn usage_exit() -> ! {
     std::process::exit(2)
 }
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let arg = |i: usize| {

@@ -332,7 +332,7 @@ pub async fn serve_listener(args: &Args, listener: CmListener) -> io::Result<()>
     }
 }
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let args = match parse_args(std::env::args().skip(1)) {
         Ok(args) => args,

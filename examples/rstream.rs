@@ -231,7 +231,7 @@ async fn run(opts: &Options) -> io::Result<()> {
     }
 }
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let opts = match options::parse(std::env::args().skip(1)) {
         Ok(opts) => opts,

@@ -19,7 +19,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
     let addr: SocketAddr = std::env::args()
         .nth(1)

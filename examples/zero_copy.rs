@@ -91,7 +91,7 @@ fn usage() -> ! {
     std::process::exit(2)
 }
 
-#[rdma_async::main]
+#[rdma_async::main(flavor = "current_thread")]
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let parse_addr = |s: &str| -> SocketAddr { s.parse().unwrap_or_else(|_| usage()) };

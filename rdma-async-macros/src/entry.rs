@@ -40,6 +40,17 @@ impl Kind {
     }
 }
 
+/// Which Tokio runtimes the caller's `rdma-async` can build: the multi-thread one needs its
+/// `rt-multi-thread` feature (on by default), which `rdma_async` tells by re-exporting either
+/// `main`/`test` or `main_rt`/`test_rt` under those names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Runtimes {
+    /// Current-thread and multi-thread.
+    All,
+    /// Current-thread only.
+    CurrentThreadOnly,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Flavor {
     CurrentThread,
@@ -58,7 +69,8 @@ struct Config {
 /// once all are known, because `worker_threads` may come before `flavor`.
 #[derive(Default)]
 struct Args {
-    flavor: Option<Flavor>,
+    /// The key is kept to point a missing-feature error at it.
+    flavor: Option<(Flavor, Path)>,
     /// The key is kept to point the flavor-mismatch error at it.
     worker_threads: Option<(usize, Path)>,
     require_device: Option<bool>,
@@ -66,10 +78,10 @@ struct Args {
 }
 
 impl Args {
-    fn parse(kind: Kind, tokens: TokenStream) -> syn::Result<Config> {
+    fn parse(kind: Kind, runtimes: Runtimes, tokens: TokenStream) -> syn::Result<Config> {
         let mut args = Args::default();
         syn::meta::parser(|meta| args.parse_one(kind, &meta)).parse2(tokens)?;
-        args.finish()
+        args.finish(kind, runtimes)
     }
 
     fn parse_one(&mut self, kind: Kind, meta: &ParseNestedMeta<'_>) -> syn::Result<()> {
@@ -90,7 +102,7 @@ impl Args {
                         ));
                     }
                 };
-                set_once(&mut self.flavor, flavor, &meta.path)
+                set_once(&mut self.flavor, (flavor, meta.path.clone()), &meta.path)
             }
             "worker_threads" => {
                 let lit: LitInt = meta.value()?.parse()?;
@@ -139,8 +151,34 @@ impl Args {
         }
     }
 
-    fn finish(self) -> syn::Result<Config> {
-        let flavor = self.flavor.unwrap_or(Flavor::CurrentThread);
+    fn finish(self, kind: Kind, runtimes: Runtimes) -> syn::Result<Config> {
+        // Tokio's defaults: `#[tokio::main]` builds a multi-thread runtime, `#[tokio::test]` a
+        // current-thread one.
+        let flavor = self
+            .flavor
+            .as_ref()
+            .map(|(flavor, _)| *flavor)
+            .unwrap_or(match kind {
+                Kind::Main => Flavor::MultiThread,
+                Kind::Test => Flavor::CurrentThread,
+            });
+        if flavor == Flavor::MultiThread && runtimes == Runtimes::CurrentThreadOnly {
+            let message = match &self.flavor {
+                Some(_) => {
+                    "the multi_thread flavor needs rdma-async's `rt-multi-thread` feature \
+                     (on by default); enable it, or use `flavor = \"current_thread\"`"
+                }
+                None => {
+                    "the default flavor of `main` is multi_thread, which needs rdma-async's \
+                     `rt-multi-thread` feature (on by default); enable it, or use \
+                     `flavor = \"current_thread\"`"
+                }
+            };
+            return Err(match &self.flavor {
+                Some((_, key)) => Error::new_spanned(key, message),
+                None => Error::new(Span::call_site(), message),
+            });
+        }
         if let Some((_, key)) = &self.worker_threads
             && flavor != Flavor::MultiThread
         {
@@ -257,8 +295,13 @@ impl Errors {
 /// that it exists for name resolution and IDE tooling: as written for a
 /// test, and as a synchronous stub for a parameterless `main` (see
 /// [`main_error_stub`]).
-pub(crate) fn expand(kind: Kind, args: TokenStream, item: TokenStream) -> TokenStream {
-    match try_expand(kind, args, item.clone()) {
+pub(crate) fn expand(
+    kind: Kind,
+    runtimes: Runtimes,
+    args: TokenStream,
+    item: TokenStream,
+) -> TokenStream {
+    match try_expand(kind, runtimes, args, item.clone()) {
         Ok(expanded) => expanded,
         Err(error) => {
             let mut out = match (kind, syn::parse2::<EntryFn>(item.clone())) {
@@ -299,8 +342,13 @@ fn main_error_stub(func: &EntryFn) -> TokenStream {
     }
 }
 
-fn try_expand(kind: Kind, args: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    let config = Args::parse(kind, args);
+fn try_expand(
+    kind: Kind,
+    runtimes: Runtimes,
+    args: TokenStream,
+    item: TokenStream,
+) -> syn::Result<TokenStream> {
+    let config = Args::parse(kind, runtimes, args);
     let func = syn::parse2::<EntryFn>(item);
     let mut errors = Errors::default();
     if let Err(error) = &config {
@@ -547,11 +595,15 @@ mod tests {
     use super::*;
 
     fn expand_str(kind: Kind, args: TokenStream, item: TokenStream) -> String {
-        expand(kind, args, item).to_string()
+        expand(kind, Runtimes::All, args, item).to_string()
     }
 
     fn error_of(kind: Kind, args: TokenStream, item: TokenStream) -> String {
-        match try_expand(kind, args, item) {
+        error_with(kind, Runtimes::All, args, item)
+    }
+
+    fn error_with(kind: Kind, runtimes: Runtimes, args: TokenStream, item: TokenStream) -> String {
+        match try_expand(kind, runtimes, args, item) {
             Ok(tokens) => panic!("expected an error, got `{tokens}`"),
             Err(error) => error
                 .into_iter()
@@ -644,7 +696,48 @@ mod tests {
         );
         assert!(!out.contains("rdma_device_check"), "{out}");
         assert!(!out.contains("prelude :: v1 :: test"), "{out}");
-        assert!(out.contains("new_current_thread ()"), "{out}");
+        // `#[tokio::main]`'s default.
+        assert!(out.contains("new_multi_thread ()"), "{out}");
+    }
+
+    #[::core::prelude::v1::test]
+    fn main_takes_worker_threads_without_a_flavor() {
+        let out = expand_str(
+            Kind::Main,
+            quote!(worker_threads = 2),
+            quote!(
+                async fn main() {}
+            ),
+        );
+        assert!(
+            out.contains("new_multi_thread () . worker_threads (2)"),
+            "{out}"
+        );
+    }
+
+    #[::core::prelude::v1::test]
+    fn without_the_multi_thread_runtime_only_current_thread_expands() {
+        let main = quote!(
+            async fn main() {}
+        );
+        let test = quote!(
+            async fn t() {}
+        );
+        let only = Runtimes::CurrentThreadOnly;
+        let default_main = error_with(Kind::Main, only, quote!(), main.clone());
+        assert!(default_main.contains("the default flavor of `main` is multi_thread"));
+        let explicit = error_with(
+            Kind::Test,
+            only,
+            quote!(flavor = "multi_thread"),
+            test.clone(),
+        );
+        assert!(explicit.contains("needs rdma-async's `rt-multi-thread` feature"));
+        for (kind, item) in [(Kind::Main, main), (Kind::Test, test)] {
+            let out = expand(kind, only, quote!(flavor = "current_thread"), item).to_string();
+            assert!(out.contains("new_current_thread ()"), "{out}");
+            assert!(!out.contains("compile_error"), "{out}");
+        }
     }
 
     #[::core::prelude::v1::test]
@@ -819,7 +912,7 @@ mod tests {
             ),
         ] {
             assert!(
-                try_expand(Kind::Test, quote!(), item.clone()).is_ok(),
+                try_expand(Kind::Test, Runtimes::All, quote!(), item.clone()).is_ok(),
                 "{item}"
             );
         }

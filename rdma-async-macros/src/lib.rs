@@ -27,6 +27,7 @@
 
 mod entry;
 
+use entry::Runtimes;
 use proc_macro::TokenStream;
 
 /// Marks an `async fn` as a test that needs an RDMA device.
@@ -94,22 +95,38 @@ use proc_macro::TokenStream;
 /// a second test attribute (such as `#[test]`) on the same function.
 #[proc_macro_attribute]
 pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
-    entry::expand(entry::Kind::Test, args.into(), item.into()).into()
+    entry::expand(entry::Kind::Test, Runtimes::All, args.into(), item.into()).into()
+}
+
+/// `#[rdma_async::test]` where rdma-async's `rt-multi-thread` feature is off: the same, except
+/// that `flavor = "multi_thread"` is a compile error that names the feature.
+#[doc(hidden)]
+#[proc_macro_attribute]
+pub fn test_rt(args: TokenStream, item: TokenStream) -> TokenStream {
+    entry::expand(
+        entry::Kind::Test,
+        Runtimes::CurrentThreadOnly,
+        args.into(),
+        item.into(),
+    )
+    .into()
 }
 
 /// Runs an `async fn main` on a Tokio runtime.
 ///
 /// Use it as `#[rdma_async::main]`; this crate is only its implementation.
-/// It works like `#[tokio::main]` but goes through the Tokio that
-/// `rdma-async` depends on, so users need no direct `tokio` dependency. No
-/// RDMA device check is made.
+/// It works like `#[tokio::main]`, with its defaults (a multi-thread
+/// runtime), but goes through the Tokio that `rdma-async` depends on, so
+/// users need no direct `tokio` dependency. No RDMA device check is made.
+/// The multi-thread runtime needs rdma-async's `rt-multi-thread` feature,
+/// on by default; without it, `flavor = "current_thread"` must be given.
 ///
 /// # Arguments
 ///
 /// | argument | values | default |
 /// | --- | --- | --- |
-/// | `flavor` | `"current_thread"`, `"multi_thread"` | `"current_thread"` |
-/// | `worker_threads` | a positive integer; only with `flavor = "multi_thread"` | Tokio's default (one per core) |
+/// | `flavor` | `"current_thread"`, `"multi_thread"` | `"multi_thread"` |
+/// | `worker_threads` | a positive integer; only with the multi-thread flavor | Tokio's default (one per core) |
 /// | `crate` | a path to `rdma_async`, as a string | `"::rdma_async"` |
 ///
 /// # Examples
@@ -128,5 +145,20 @@ pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
 /// inconsistent arguments are compile errors.
 #[proc_macro_attribute]
 pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
-    entry::expand(entry::Kind::Main, args.into(), item.into()).into()
+    entry::expand(entry::Kind::Main, Runtimes::All, args.into(), item.into()).into()
+}
+
+/// `#[rdma_async::main]` where rdma-async's `rt-multi-thread` feature is off: the multi-thread
+/// flavor, `main`'s default, is a compile error that names the feature, so
+/// `flavor = "current_thread"` must be given.
+#[doc(hidden)]
+#[proc_macro_attribute]
+pub fn main_rt(args: TokenStream, item: TokenStream) -> TokenStream {
+    entry::expand(
+        entry::Kind::Main,
+        Runtimes::CurrentThreadOnly,
+        args.into(),
+        item.into(),
+    )
+    .into()
 }

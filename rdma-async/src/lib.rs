@@ -20,9 +20,11 @@
 //! - `integration` (features `hyper`, `axum`, `tonic`, off by default): hyper-util's pooled
 //!   client, `axum::serve` and tonic's server and channel over [`stream::RStream`] /
 //!   [`stream::RListener`].
-//! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime;
-//!   `#[rdma_async::test]` skips, or with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine
-//!   has no RDMA device.
+//! - [`test`] and [`main`]: attributes that run async tests and programs on a Tokio runtime,
+//!   with `#[tokio::test]`'s and `#[tokio::main]`'s defaults; `#[rdma_async::test]` skips, or
+//!   with `RDMA_ASYNC_REQUIRE_DEVICE=1` fails, where the machine has no RDMA device. Tokio's
+//!   multi-thread runtime comes with the `rt-multi-thread` feature (on by default); without it
+//!   the library runs on current-thread runtimes only, and the attributes say so.
 //!
 //! ```no_run
 //! use rdma_async::cm::{CmListener, ConnParams};
@@ -135,7 +137,11 @@ mod sync;
 #[allow(unsafe_code)]
 mod verbs;
 
+#[cfg(feature = "rt-multi-thread")]
 pub use rdma_async_macros::{main, test};
+// Without Tokio's multi-thread runtime, the attributes that refuse it by name.
+#[cfg(not(feature = "rt-multi-thread"))]
+pub use rdma_async_macros::{main_rt as main, test_rt as test};
 
 #[cfg(any(test, rdma_async_fuzzing))]
 mod fuzzing;
