@@ -69,7 +69,14 @@ mod tests {
 
     #[test]
     fn every_corpus_file_passes_its_harness() {
-        let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus");
+        let repository = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        // The corpus is the repository's, not the published crate's: an unpacked crate has no
+        // fuzz crate beside it. In the repository, a missing corpus is a failure below.
+        if !repository.join("fuzz/Cargo.toml").exists() {
+            eprintln!("no fuzz/ beside this crate (an unpacked package): no corpus to replay");
+            return;
+        }
+        let corpus = repository.join("fuzz/corpus");
         for (name, harness) in TARGETS {
             let dir = corpus.join(name);
             let entries = std::fs::read_dir(&dir)
