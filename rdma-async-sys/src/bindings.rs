@@ -4357,6 +4357,9 @@ unsafe extern "C" {
     ) -> libc::c_int;
 }
 unsafe extern "C" {
+    pub fn ibv_destroy_qp(qp: *mut ibv_qp) -> libc::c_int;
+}
+unsafe extern "C" {
     pub fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah;
 }
 unsafe extern "C" {

@@ -9,7 +9,8 @@
 //!
 //! Arming is a system call on some providers (an ioctl on rxe), so the queue is armed only when
 //! no arm is outstanding: an arm lasts until its event is read from the channel, or until
-//! arming or reading fails ([`ArmState`], which has the exhaustive interleaving check).
+//! arming or reading fails ([`ArmState`], which has the exhaustive interleaving check). A wait
+//! that sleeps under another waiter's arm is woken if that arm fails, and arms again.
 
 use std::io;
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use std::time::Duration;
 
 use tokio::task::coop;
 
-use super::arm_state::ArmState;
+use super::arm_state::{ArmState, Claim};
 use super::spin_policy::SpinPolicy;
 use super::yield_policy::{WaitYields, YieldPolicy};
 use crate::reactor::FdWaiter;
@@ -221,7 +222,8 @@ impl AsyncCq {
         // `poll_busy` looked last, or the caller's look before it was left at that.
         let mut skip_look = hints.exclusive;
         loop {
-            let armed_now = self.arm.claim();
+            let claim = self.arm.claim();
+            let armed_now = claim == Claim::Mine;
             if armed_now && let Err(e) = self.cq.req_notify() {
                 self.arm.arm_failed();
                 return Poll::Ready(Err(e));
@@ -235,7 +237,19 @@ impl AsyncCq {
                 }
             }
             skip_look = false;
-            let mut guard = ready!(waiter.poll_readable(cx))?;
+            let mut guard = match waiter.poll_readable(cx) {
+                Poll::Ready(guard) => guard?,
+                Poll::Pending => {
+                    // Under another waiter's arm, which may yet fail: it wakes this one then.
+                    if let Claim::Outstanding(arm) = claim
+                        && !self.arm.sleep_under(arm, cx.waker())
+                    {
+                        // Over already (failed, or its event read): claim again.
+                        continue;
+                    }
+                    return Poll::Pending;
+                }
+            };
             // Events are read from the channel itself; any waiter's duplicate reports them.
             match guard.try_io(|_| self.cq.channel().get_event().map(|_| ())) {
                 Ok(Ok(())) => {

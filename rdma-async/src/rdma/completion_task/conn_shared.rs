@@ -258,7 +258,11 @@ impl ConnShared {
     /// Ends the connection for good after its completion task ended early with `cause`: later
     /// operations are refused with it, and every outstanding one ends with it (as flushed)
     /// and gets its buffers back. No buffer is handed back while the device could still touch
-    /// it: the queue pair is destroyed first.
+    /// it: the queue pair is destroyed first. If destroying it fails, the device may still
+    /// use (and the peer still reach) every outstanding request's buffers: they stay in the
+    /// table, which the queue pair keeps with it (leaked), and their operations stay pending
+    /// (each returns its buffer with its result, and has none to return); dropping one is
+    /// safe.
     pub(super) fn fail(&self, cause: io::Error) {
         tracing::warn!(parent: self.link.span(), error = %cause, "failing the connection");
         self.failure.set(cause);
@@ -268,9 +272,13 @@ impl ConnShared {
         // What already completed is handed over as usual (if the queue can still be polled),
         // so a finished operation keeps its result.
         self.dispatch_queued();
-        self.qp.destroy();
-        // Providers may leave a destroyed queue pair's last completions in the queue.
+        let destroyed = self.qp.destroy();
+        // Providers may leave a destroyed queue pair's last completions in the queue (and a
+        // completion polled says the device is done with its request either way).
         self.dispatch_queued();
+        if !destroyed {
+            return;
+        }
         for (queue, held) in self.table.flush_all() {
             // Only dropped operations' slots come back here.
             drop(held);

@@ -153,6 +153,37 @@ impl CmId {
         (!qp.is_null()).then(|| unsafe { (*qp).qp_num })
     }
 
+    /// Destroys the id's queue pair (`ibv_destroy_qp`) and, once that succeeded, clears the
+    /// id's pointer to it: what `rdma_destroy_qp` does, except that it ignores the result
+    /// (librdmacm's also destroys the completion queues it created for the id, which it never
+    /// does here: this crate creates its own). On failure the queue pair is still there, and
+    /// the device may still use every buffer its work requests name.
+    ///
+    /// # Safety
+    ///
+    /// The id has a queue pair, which nothing uses during this call, nor after it succeeded.
+    pub(crate) unsafe fn destroy_qp(&self) -> io::Result<()> {
+        #[cfg(rdma_async_hooks)]
+        if let Some(errno) = crate::verbs::device::fault_injection::injected_teardown(
+            crate::verbs::device::fault_injection::Teardown::DestroyQueuePair,
+        ) {
+            return Err(error::call_error("ibv_destroy_qp", errno));
+        }
+        let raw = self.raw.as_ptr();
+        // SAFETY: the id is valid for `self`'s lifetime.
+        let qp = unsafe { (*raw).qp };
+        // SAFETY: `qp` is live and unused meanwhile (the caller's contract), and is destroyed
+        // once: the id's pointer to it is cleared once that succeeded.
+        match unsafe { sys::ibv_destroy_qp(qp) } {
+            0 => {
+                // SAFETY: as above; rdma_cm reads the pointer only in calls the caller makes.
+                unsafe { (*raw).qp = ptr::null_mut() };
+                Ok(())
+            }
+            errno => Err(error::call_error("ibv_destroy_qp", errno)),
+        }
+    }
+
     pub(crate) fn bind_addr(&self, addr: SocketAddr) -> io::Result<()> {
         let (storage, _) = to_sockaddr(addr);
         // SAFETY: the id is valid and `storage` holds a sockaddr of `addr`'s family.
@@ -351,7 +382,8 @@ impl CmId {
 impl Drop for CmId {
     fn drop(&mut self) {
         // SAFETY: the id is valid and destroyed once. Its queue pair, if any, was destroyed by
-        // the queue pair owner that holds an `Arc` to this id; its events were acked when read.
+        // the queue pair owner that holds an `Arc` to this id (or, when that failed, is kept
+        // with the id: the owner leaks its `Arc`); its events were acked when read.
         unsafe { sys::rdma_destroy_id(self.raw.as_ptr()) };
     }
 }

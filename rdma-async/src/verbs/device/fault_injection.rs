@@ -1,8 +1,9 @@
 //! Test hook (`--cfg rdma_async_hooks`): makes this thread's next creation of a verbs object fail
 //! with a chosen errno, as a device out of queue pairs, completion queues or memory regions
 //! would, so tests can check the error and that the process goes on serving; and its next
-//! teardown of one fail, leaving the object in place, as a failed `ibv_dereg_mr` or
-//! `ibv_dealloc_mw` does, so tests can check that nothing trusts a teardown that did not happen.
+//! teardown of one fail, leaving the object in place, as a failed `ibv_dereg_mr`,
+//! `ibv_dealloc_mw` or `ibv_destroy_qp` does, so tests can check that nothing trusts a teardown
+//! that did not happen.
 //! Thread-local, so tests running beside each other (on other threads) are not affected.
 
 use std::cell::RefCell;
@@ -16,6 +17,8 @@ pub enum Teardown {
     DeregisterMemory,
     /// A memory window deallocation (`ibv_dealloc_mw`).
     DeallocWindow,
+    /// A queue pair's destruction (`ibv_destroy_qp`).
+    DestroyQueuePair,
 }
 
 thread_local! {

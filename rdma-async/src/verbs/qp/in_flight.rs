@@ -286,7 +286,8 @@ impl InFlightTable {
     }
 
     /// Waits for the completion of `ticket`'s request; returns it with the buffers and frees the
-    /// slot (of the returned queue).
+    /// slot (of the returned queue). A ticket whose request was handed out already (its slot
+    /// may hold another request now) stays pending.
     pub(crate) fn poll(
         &self,
         ticket: &Ticket,
@@ -294,6 +295,10 @@ impl InFlightTable {
     ) -> Poll<(WorkCompletion, Held, WorkQueue)> {
         let mut t = self.lock();
         let slot = &mut t.slots[ticket.index as usize];
+        if slot.generation != ticket.generation {
+            // Neither the other request's completion nor its waker is this ticket's.
+            return Poll::Pending;
+        }
         match &mut slot.state {
             SlotState::Posted { waker, .. } => {
                 match waker {
@@ -392,6 +397,40 @@ mod tests {
         // A stale id (the old generation) is ignored.
         assert!(table.complete(&wc(id)).is_none());
         assert_eq!(table.outstanding(), 1);
+    }
+
+    /// A ticket polled again after its request was handed out does not take the completion
+    /// (and buffers) of the next request in its slot, nor replace that request's waker.
+    #[test]
+    fn a_stale_ticket_observes_nothing_of_the_next_request_in_its_slot() {
+        let table = InFlightTable::new(1, false);
+        let (stale, id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        assert!(table.complete(&wc(id)).is_none());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(table.poll(&stale, &mut cx).is_ready());
+        let (next, next_id) = table.insert(Held::Nothing, WorkQueue::Recv).unwrap();
+        let woken = std::sync::Arc::new(WakeCount::default());
+        let waker = std::task::Waker::from(woken.clone());
+        assert!(
+            table
+                .poll(&next, &mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        assert!(
+            table.poll(&stale, &mut cx).is_pending(),
+            "a stale ticket replaced the next request's waker"
+        );
+        assert!(table.complete(&wc(next_id)).is_none());
+        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert!(
+            table.poll(&stale, &mut cx).is_pending(),
+            "a stale ticket took the next request's completion"
+        );
+        match table.poll(&next, &mut cx) {
+            Poll::Ready((wc, _, WorkQueue::Recv)) => assert_eq!(wc.wr_id, next_id),
+            other => panic!("the next request lost its completion: {other:?}"),
+        }
+        assert_eq!(table.outstanding(), 0);
     }
 
     #[test]

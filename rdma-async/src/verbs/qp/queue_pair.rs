@@ -15,9 +15,12 @@
 //! Each kind has only its own posting methods, so posting one kind's way on the other does not
 //! compile (`rdma-async/tests/ui/test_hooks/fail_queue_pair_kinds.rs`). What they share lives on
 //! `RcQueuePair<M>` once: creation, the state change to error, and the drop order (`Drop` destroys
-//! the queue pair before any field, the memory `M` included, is dropped).
+//! the queue pair before any field, the memory `M` included, is dropped). A queue pair whose
+//! destruction fails may still be used by the device: it is kept (leaked), and with it its memory
+//! and everything it depends on, rather than handing out memory a peer may still reach.
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::ptr;
 use std::sync::{Arc, PoisonError, RwLock};
 
@@ -61,15 +64,25 @@ pub struct RcQueuePair<M> {
     max_inline_data: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
-    /// Whether the queue pair still exists: every use of it holds the read lock, so
+    /// Whether the queue pair may still be used: every use of it holds the read lock, so
     /// [`Self::destroy`] (the write lock) never frees it under a post.
-    live: RwLock<bool>,
+    state: RwLock<QpState>,
     /// What outstanding work requests point into: dropped only after the queue pair was
-    /// destroyed (by [`Self::destroy`] or `Drop::drop`), like every other field.
-    memory: M,
+    /// destroyed (by [`Self::destroy`] or `Drop::drop`), and never if that failed.
+    memory: ManuallyDrop<M>,
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
+}
+
+/// Where a queue pair is in its teardown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum QpState {
+    Live,
+    Destroyed,
+    /// Destroying it failed: it still exists and the device may still use its work requests'
+    /// memory, so it is never used again, nor is that memory freed.
+    Kept,
 }
 
 // SAFETY: posting to a QP is thread-safe in libibverbs; the struct hands out no references into
@@ -122,8 +135,8 @@ impl<M> RcQueuePair<M> {
             max_inline_data: attr.cap.max_inline_data,
             max_send_sge: attr.cap.max_send_sge,
             max_recv_sge: attr.cap.max_recv_sge,
-            live: RwLock::new(true),
-            memory,
+            state: RwLock::new(QpState::Live),
+            memory: ManuallyDrop::new(memory),
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _pd: pd,
@@ -133,30 +146,56 @@ impl<M> RcQueuePair<M> {
     /// Runs `use_qp` on the queue pair while it exists (the read lock keeps [`Self::destroy`]
     /// out); `NotConnected` once it was destroyed.
     fn with_qp<R>(&self, use_qp: impl FnOnce(*mut sys::ibv_qp) -> io::Result<R>) -> io::Result<R> {
-        let live = self.live.read().unwrap_or_else(PoisonError::into_inner);
-        if !*live {
-            return Err(io::Error::new(
-                io::ErrorKind::NotConnected,
-                "the connection's queue pair was destroyed (the connection failed or ended)",
-            ));
+        let state = self.state.read().unwrap_or_else(PoisonError::into_inner);
+        match *state {
+            QpState::Live => {}
+            QpState::Destroyed => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the connection's queue pair was destroyed (the connection failed or ended)",
+                ));
+            }
+            QpState::Kept => {
+                return Err(io::Error::new(
+                    io::ErrorKind::NotConnected,
+                    "the connection's queue pair could not be destroyed (the connection failed \
+                     or ended); it is kept with its buffers",
+                ));
+            }
         }
         // SAFETY: the id's QP lives until `destroy` (or our Drop), which waits for this lock.
         use_qp(unsafe { (*self.id.as_ptr()).qp })
     }
 
-    /// Destroys the queue pair now, before its memory is dropped: once this returns the device
-    /// no longer accesses any work request's memory, so buffers of work requests that never
-    /// completed may be handed back or freed. Later posts fail with `NotConnected`; a second
-    /// call does nothing.
-    pub(crate) fn destroy(&self) {
-        let mut live = self.live.write().unwrap_or_else(PoisonError::into_inner);
-        if *live {
-            *live = false;
-            // SAFETY: the QP is live (checked under the write lock, so no post is using it) and
-            // destroyed once; rdma_cm clears the id's pointer to it.
-            unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
-            crate::verbs::device::QUEUE_PAIRS.destroyed(0);
+    /// Destroys the queue pair now, before its memory is dropped. Returns whether it is
+    /// destroyed (now or by an earlier call): only then does the device no longer access any
+    /// work request's memory, so that buffers of work requests that never completed may be
+    /// handed back or freed. When destroying it failed (`ibv_destroy_qp`), it is kept as it
+    /// is: never used again, never destroyed again (a retry could free an object the provider
+    /// half tore down), and its memory and what it depends on are leaked when it is dropped.
+    /// Later posts fail with `NotConnected` either way.
+    pub(crate) fn destroy(&self) -> bool {
+        let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
+        if *state == QpState::Live {
+            // SAFETY: the id has its QP, which no post is using (the write lock is held) and
+            // which is never used again whatever the outcome (the state leaves `Live`).
+            *state = match unsafe { self.id.destroy_qp() } {
+                Ok(()) => {
+                    crate::verbs::device::QUEUE_PAIRS.destroyed(0);
+                    QpState::Destroyed
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        error = %e,
+                        qp_num = self.qp_num,
+                        "a queue pair could not be destroyed; keeping it and every buffer its \
+                         work requests name (leaked)"
+                    );
+                    QpState::Kept
+                }
+            };
         }
+        *state == QpState::Destroyed
     }
 
     /// Which queue pair this is to the test hooks' [`injected_faults`]: the address of its
@@ -230,11 +269,30 @@ impl<M> RcQueuePair<M> {
     }
 }
 
+/// Leaks a reference to each object a queue pair that could not be destroyed uses (its id,
+/// completion queues and protection domain), so none of them is ever destroyed under it.
+pub(super) fn keep_forever(
+    id: &Arc<CmId>,
+    cqs: [&Arc<CompletionQueue>; 2],
+    pd: &Arc<ProtectionDomain>,
+) {
+    std::mem::forget(Arc::clone(id));
+    for cq in cqs {
+        std::mem::forget(Arc::clone(cq));
+    }
+    std::mem::forget(Arc::clone(pd));
+}
+
 impl<M> Drop for RcQueuePair<M> {
     fn drop(&mut self) {
-        // After this the device no longer accesses the QP's work requests, so its memory
-        // (dropped after this) can be freed.
-        self.destroy();
+        if self.destroy() {
+            // SAFETY: dropped once, here; the device no longer accesses the QP's work
+            // requests, so their memory can be freed.
+            unsafe { ManuallyDrop::drop(&mut self.memory) };
+        } else {
+            // The QP lives on: so does its memory (never dropped).
+            keep_forever(&self.id, [&self._send_cq, &self._recv_cq], &self._pd);
+        }
         // Before the id goes (with the fields), so no later queue pair inherits these.
         #[cfg(rdma_async_hooks)]
         injected_faults::forget(self.fault_key());

@@ -3,14 +3,16 @@
 //!
 //! As with the connected [`super::OwnedBufferQueuePair`], posting is safe because the queue pair
 //! owns the memory: work requests name a checked range of its own buffers, and `Drop` destroys
-//! the queue pair before the buffers are freed.
+//! the queue pair before the buffers are freed (or, when destroying it fails, leaks them with it).
 
 use std::io;
+use std::mem::ManuallyDrop;
 use std::ptr;
 use std::sync::Arc;
 
 use rdma_async_sys as sys;
 
+use super::queue_pair::keep_forever;
 use crate::error;
 use crate::verbs::cm::CmId;
 use crate::verbs::cq::CompletionQueue;
@@ -47,8 +49,10 @@ pub(crate) struct UdQueuePair {
     id: Arc<CmId>,
     qp_num: u32,
     qkey: u32,
-    send_buf: RegisteredBuffer,
-    recv_buf: RegisteredBuffer,
+    /// The buffers work requests point into: dropped after the queue pair was destroyed, and
+    /// never if that failed.
+    send_buf: ManuallyDrop<RegisteredBuffer>,
+    recv_buf: ManuallyDrop<RegisteredBuffer>,
     _send_cq: Arc<CompletionQueue>,
     _recv_cq: Arc<CompletionQueue>,
     _pd: Arc<ProtectionDomain>,
@@ -90,8 +94,8 @@ impl UdQueuePair {
             id,
             qp_num,
             qkey: 0,
-            send_buf,
-            recv_buf,
+            send_buf: ManuallyDrop::new(send_buf),
+            recv_buf: ManuallyDrop::new(recv_buf),
             _send_cq: send_cq,
             _recv_cq: recv_cq,
             _pd: pd,
@@ -225,9 +229,27 @@ pub(crate) fn port_mtu(id: &CmId) -> io::Result<usize> {
 
 impl Drop for UdQueuePair {
     fn drop(&mut self) {
-        // SAFETY: the QP is live and destroyed once. After this returns the device no longer
-        // accesses its work requests, so the buffers (dropped after this) can be freed.
-        unsafe { sys::rdma_destroy_qp(self.id.as_ptr()) };
-        crate::verbs::device::QUEUE_PAIRS.destroyed(0);
+        // SAFETY: the id has its QP, used by nothing else now (`self` is being dropped).
+        match unsafe { self.id.destroy_qp() } {
+            Ok(()) => {
+                crate::verbs::device::QUEUE_PAIRS.destroyed(0);
+                // SAFETY: dropped once, here; the device no longer accesses the QP's
+                // work requests, so their buffers can be freed.
+                unsafe { ManuallyDrop::drop(&mut self.send_buf) };
+                // SAFETY: as above.
+                unsafe { ManuallyDrop::drop(&mut self.recv_buf) };
+            }
+            Err(e) => {
+                // The device may still use the buffers: they, and the objects the QP uses,
+                // are leaked with it.
+                tracing::warn!(
+                    error = %e,
+                    qp_num = self.qp_num,
+                    "a datagram queue pair could not be destroyed; keeping it and its buffers \
+                     (leaked)"
+                );
+                keep_forever(&self.id, [&self._send_cq, &self._recv_cq], &self._pd);
+            }
+        }
     }
 }
