@@ -7,7 +7,8 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use crate::verbs::{AddressHandle, AhAttr, GRH_LEN, ProtectionDomain, WorkCompletion};
+use super::route_slot::ReplyPath;
+use crate::verbs::{AddressHandle, AhAttr, ProtectionDomain};
 
 /// A socket's protection domain (perhaps shared with other sockets and connections) and the
 /// count of the socket's own live address handles.
@@ -50,14 +51,22 @@ impl SocketHandles {
     }
 
     /// A handle that answers the sender of a received datagram (see
-    /// [`AddressHandle::reply_to`]).
-    pub(crate) fn reply_to(
+    /// [`AddressHandle::reply_to`]), made on a blocking thread: on RoCE the kernel can resolve
+    /// the sender's neighbour during the call, which must not stall a runtime thread. If this
+    /// future is dropped first, the handle made meanwhile is destroyed uncounted with the
+    /// blocking task's output.
+    pub(crate) async fn reply_to(
         &self,
-        wc: &WorkCompletion,
-        grh: &[u8; GRH_LEN],
+        path: ReplyPath,
         port_num: u8,
     ) -> io::Result<CountedHandle> {
-        AddressHandle::reply_to(self.pd.clone(), wc, grh, port_num).map(|ah| self.counted(ah))
+        let pd = self.pd.clone();
+        let made = tokio::task::spawn_blocking(move || {
+            AddressHandle::reply_to(pd, &path.wc, &path.grh, port_num)
+        })
+        .await
+        .map_err(|e| io::Error::other(format!("making an address handle did not finish: {e}")))??;
+        Ok(self.counted(made))
     }
 
     fn counted(&self, ah: AddressHandle) -> CountedHandle {

@@ -17,7 +17,7 @@
 //! client.send_to(b"ping", "10.77.0.1:7174").await?;   // resolves the peer once
 //! let mut buf = [0u8; 1024];
 //! let (n, from) = server.recv_from(&mut buf).await?;
-//! server.send_to(&buf[..n], from).await?;               // a route back is already known
+//! server.send_to(&buf[..n], from).await?;               // answered by the datagram's route
 //! let (n, _) = client.recv_from(&mut buf).await?;
 //! assert_eq!(&buf[..n], b"ping");
 //!
@@ -41,6 +41,10 @@
 //! - A datagram longer than the buffer given to `recv_from` is truncated to it.
 //! - A socket remembers at most [`RDatagramOptions::max_peers`] peers (routes, each with an
 //!   address handle, and senders), forgetting the least recently used first.
+//! - A datagram from a new sender only records the way back (its completion and header); the
+//!   address handle that answers it is made when `send_to` first needs it, on a blocking thread,
+//!   since on RoCE making it can resolve the sender's neighbour: senders cannot stall the
+//!   runtime by appearing from new addresses.
 //! - A group datagram from an rdma-async socket names its sender's bound port in its immediate
 //!   data, so `recv_from` reports the sender's address and `send_to` answers it; C tools' group
 //!   datagrams name no port (it is 0).
@@ -63,6 +67,7 @@ mod multicast;
 mod options;
 pub(crate) mod peers;
 mod responder;
+mod route_slot;
 mod sidr;
 mod socket;
 mod stats;

@@ -48,6 +48,8 @@ pub(crate) use mr::{
     Access, MemoryWindow, OdpCaps, RegFlags, RegisteredBuffer, SlabSlice, SliceHome, UserBuffer,
     WindowBinding, WindowOp, huge_page_size, page_size, prefetch,
 };
+#[cfg(rdma_async_hooks)]
+pub(crate) use pd::reply_handle_hold;
 pub(crate) use pd::{AddressHandle, GRH_LEN, ProtectionDomain};
 #[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use qp::Probe;

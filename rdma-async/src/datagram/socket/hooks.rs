@@ -1,6 +1,7 @@
 //! Test hooks on [`RDatagram`] (`--cfg rdma_async_hooks`, which this workspace's own builds set;
-//! reached as `rdma_async::datagram::hooks`): how one socket plays many senders, and what a test
-//! reads of the routes and peer tables a user cannot see. Free functions taking the socket, so
+//! reached as `rdma_async::datagram::hooks`): how one socket plays many senders, what a test
+//! reads of the routes and peer tables a user cannot see, and a hold on making the address
+//! handles that answer received datagrams ([`hold_reply_handles`]). Free functions taking the socket, so
 //! `RDatagram` itself carries none of them.
 
 use std::io;
@@ -9,6 +10,7 @@ use std::net::SocketAddr;
 use super::{RDatagram, lock};
 use crate::datagram::hello::Hello;
 use crate::datagram::sidr::resolve_peer;
+pub use crate::verbs::reply_handle_hold::{ReplyHandleHold, hold_reply_handles};
 
 /// Resolves `target` as a first datagram to it does, and returns the traffic class of the route
 /// rdma_cm reports (the type of service of the socket's id options).

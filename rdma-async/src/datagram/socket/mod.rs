@@ -9,7 +9,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::net::ToSocketAddrs;
-use tokio::sync::OnceCell;
 
 use super::hello::Hello;
 use super::lru::LruMap;
@@ -17,6 +16,7 @@ use super::multicast::Membership;
 use super::options::RDatagramOptions;
 use super::peers::Route;
 use super::responder::{ResponderShared, answer_requests};
+use super::route_slot;
 use super::sidr::udp_id;
 use super::stats::DatagramStats;
 use crate::cm::IdOptions;
@@ -39,8 +39,8 @@ mod send;
 /// Pending SIDR requests the bound id queues (as `TcpListener::bind`'s backlog).
 const BACKLOG: i32 = 1024;
 
-/// A route being resolved or resolved, shared by concurrent senders to one destination.
-type RouteSlot = Arc<OnceCell<Arc<Route>>>;
+/// A route being made or made, shared by concurrent senders to one destination.
+type RouteSlot = Arc<route_slot::RouteSlot<Arc<Route>>>;
 
 /// An unreliable datagram socket over RDMA (`RDMA_PS_UDP`), used like
 /// `tokio::net::UdpSocket`.
@@ -48,8 +48,11 @@ type RouteSlot = Arc<OnceCell<Arc<Route>>>;
 /// Datagrams keep their boundaries, may be lost and are at most one packet (the port's MTU,
 /// see [`Self::max_datagram`]). The first datagram to a new peer resolves it through rdma_cm
 /// (address, route, and a SIDR exchange that returns the peer's queue pair number and Q_Key);
-/// the result is cached, so later datagrams to that peer cost no round trip. Peers are
-/// answered by a task of the socket's own, so they can reach it while nobody reads.
+/// the result is cached, so later datagrams to that peer cost no round trip. A peer that sent
+/// to the socket is answered without one: its datagram gives the route back, whose address
+/// handle the first `send_to` to it makes (on a blocking thread, as it may wait for neighbour
+/// resolution). Peers' SIDR requests are answered by a task of the socket's own, so they can
+/// reach it while nobody reads.
 ///
 /// It speaks to librdmacm's C tools: every datagram carries immediate data, as `udaddy` and
 /// `mckey` send it. Between rdma-async sockets the immediate numbers the datagrams of each

@@ -10,6 +10,7 @@ use super::{RDatagram, RouteSlot, lock};
 use crate::datagram::hello::Hello;
 use crate::datagram::multicast;
 use crate::datagram::peers::Route;
+use crate::datagram::route_slot::{ReplyPath, note_reply_path};
 use crate::datagram::sidr::resolve_peer;
 use crate::verbs::{GRH_LEN, UdParam, WorkCompletion};
 
@@ -73,7 +74,7 @@ impl RDatagram {
         }
         Ok(lock(&self.routes)
             .get(&target)
-            .and_then(|slot| slot.get().cloned()))
+            .and_then(|slot| slot.route().cloned()))
     }
 
     fn group_route(&self, group: IpAddr) -> io::Result<Arc<Route>> {
@@ -88,7 +89,8 @@ impl RDatagram {
             })
     }
 
-    /// The route to `target`: cached, or resolved once by whichever sender asks first.
+    /// The route to `target`: cached, or made once by whichever sender asks first, from a
+    /// datagram `target` sent us or else by resolving it.
     pub(super) async fn route_to(&self, target: SocketAddr) -> io::Result<Arc<Route>> {
         if target.ip().is_multicast() {
             return self.group_route(target.ip());
@@ -96,9 +98,34 @@ impl RDatagram {
         let slot = lock(&self.routes)
             .get_or_insert_with(target, RouteSlot::default)
             .clone();
-        slot.get_or_try_init(|| self.resolve_route(target))
+        slot.get_or_make(
+            |path| self.reply_route(target, path),
+            || self.resolve_route(target),
+        )
+        .await
+        .cloned()
+    }
+
+    /// The route back to `target` that one of its datagrams gave (as `udaddy`'s server
+    /// answers): no rdma_cm exchange; senders that are not bound sockets (C `udaddy` clients)
+    /// can only be answered this way.
+    async fn reply_route(&self, target: SocketAddr, path: ReplyPath) -> io::Result<Arc<Route>> {
+        let ah = self
+            .handles
+            .reply_to(path, self.port_num)
             .await
-            .cloned()
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot make a route back to {target} from its datagram: {e}"),
+                )
+            })?;
+        Ok(Arc::new(Route::new(
+            ah,
+            path.wc.src_qp,
+            self.qp.qkey(),
+            path.sequenced,
+        )))
     }
 
     /// The SIDR exchange with `target`, from this socket's address and with its id options.
@@ -135,10 +162,10 @@ impl RDatagram {
         )))
     }
 
-    /// Caches a route back to the sender of a datagram, from the datagram itself (as
-    /// `udaddy`'s server answers), unless one is cached, so replies cost no rdma_cm exchange;
-    /// senders that are not bound sockets (C `udaddy` clients) can only be answered this way.
-    /// A route forgotten to make room for others is learned again from the next datagram.
+    /// Records the way back to the sender of a datagram, unless a route to it is made, so
+    /// that the first send to it makes the route without an rdma_cm exchange (see
+    /// [`Self::reply_route`]); nothing here blocks. A route forgotten to make room for others is
+    /// learned again from the next datagram.
     pub(super) fn learn_reply_route(
         &self,
         from: SocketAddr,
@@ -146,22 +173,12 @@ impl RDatagram {
         wc: &WorkCompletion,
         header: &[u8; GRH_LEN],
     ) {
-        let slot = {
-            let mut routes = lock(&self.routes);
-            // Only sends keep a route recently used: a peek.
-            if routes.peek(&from).is_some_and(|slot| slot.initialized()) {
-                return;
-            }
-            routes.get_or_insert_with(from, RouteSlot::default).clone()
+        let path = ReplyPath {
+            wc: *wc,
+            grh: *header,
+            sequenced,
         };
-        match self.handles.reply_to(wc, header, self.port_num) {
-            Ok(ah) => {
-                let route = Route::new(ah, wc.src_qp, self.qp.qkey(), sequenced);
-                // Fails only when a resolution of the same peer is under way: it wins.
-                let _ = slot.set(Arc::new(route));
-            }
-            Err(e) => tracing::debug!(%from, error = %e, "no reply route from a datagram"),
-        }
+        note_reply_path(&mut lock(&self.routes), from, path);
     }
 }
 

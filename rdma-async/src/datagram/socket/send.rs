@@ -50,7 +50,8 @@ impl RDatagram {
     ///
     /// `WouldBlock` when every send slot is in flight (wait with [`Self::writable`]);
     /// `NotConnected` when no route to `target` is cached yet ([`Self::send_to`] or
-    /// [`Self::connect`] resolve it); otherwise as [`Self::send_to`].
+    /// [`Self::connect`] make it; a peer that sent to us included: its datagram only gives the
+    /// way back, made into a route by the first `send_to`); otherwise as [`Self::send_to`].
     pub fn try_send_to(&self, buf: &[u8], target: SocketAddr) -> io::Result<usize> {
         self.check_len(buf.len())?;
         let route = self.cached_route(target)?.ok_or_else(|| {

@@ -39,6 +39,8 @@ impl AddressHandle {
 
     /// Creates a handle that answers the sender of a received datagram, from its work
     /// completion and the `GRH_LEN` bytes the device wrote in front of it (`ibv_create_ah_from_wc`).
+    /// It may block: on RoCE the kernel can resolve the sender's neighbour (ARP or ND) during
+    /// the call, so async callers make it on a blocking thread.
     pub(crate) fn reply_to(
         pd: Arc<ProtectionDomain>,
         wc: &WorkCompletion,
@@ -56,6 +58,8 @@ impl AddressHandle {
         sys_wc.slid = wc.slid;
         sys_wc.sl = wc.sl;
         sys_wc.dlid_path_bits = wc.dlid_path_bits;
+        #[cfg(rdma_async_hooks)]
+        super::reply_handle_hold::wait_if_held();
         // A copy of the header in ordinary memory: libibverbs reads it through a pointer, and
         // the received bytes live in registered memory that must not be referenced.
         // SAFETY: ibv_grh is plain old data of exactly GRH_LEN bytes; any bytes are valid.

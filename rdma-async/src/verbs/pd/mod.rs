@@ -5,6 +5,8 @@
 
 mod address_handle;
 mod protection_domain;
+#[cfg(rdma_async_hooks)]
+pub(crate) mod reply_handle_hold;
 
 pub(crate) use address_handle::{AddressHandle, GRH_LEN};
 pub(crate) use protection_domain::ProtectionDomain;
