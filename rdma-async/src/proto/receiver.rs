@@ -512,11 +512,13 @@ mod tests {
         // From 4000 to the end of the ring, then across it: the read position wraps to 0 and
         // the bytes that follow are read from the start of the ring.
         r.consume(4192).unwrap();
+        assert_eq!(r.rbuf_offset, 0);
         assert_eq!(r.readable_segments().as_slice(), []);
         r.take_credit_update();
         assert_eq!(r.on_data(100).unwrap(), 0);
         assert_eq!(r.readable_segments().as_slice()[0].offset, 0);
         r.consume(50).unwrap();
+        assert_eq!(r.rbuf_offset, 50);
         assert_eq!(r.readable_segments().as_slice()[0].offset, 50);
     }
 
