@@ -317,12 +317,14 @@ impl Sender {
         })
     }
 
-    /// A data write completed: its send-queue entry and send-buffer bytes are free again.
-    pub(crate) fn complete(&mut self, len: u32) {
-        self.sqe_avail = (self.sqe_avail + 1).min(self.sqe_max);
+    /// `writes` data writes of `bytes` bytes in all completed: their send-queue entries and
+    /// send-buffer bytes are free again. A completion covers every unsignaled write before it,
+    /// so they are given back at once, not one by one.
+    pub(crate) fn complete(&mut self, writes: u32, bytes: u32) {
+        self.sqe_avail = self.sqe_avail.saturating_add(writes).min(self.sqe_max);
         self.sbuf_bytes_avail = self
             .sbuf_bytes_avail
-            .saturating_add(len)
+            .saturating_add(bytes)
             .min(self.sbuf_size);
     }
 
@@ -469,8 +471,8 @@ mod tests {
         assert!(!c.inline);
         assert_eq!(c.sbuf.as_slice()[0].offset, 0);
         assert_eq!(c.remote_addr, 0x10_0000 + 64);
-        s.complete(64);
-        s.complete(65);
+        s.complete(1, 64);
+        s.complete(1, 65);
         assert!(s.idle());
         assert_eq!(s.sbuf_bytes_avail(), 131072);
     }
@@ -492,8 +494,8 @@ mod tests {
         // The ring head did not move: the next copied chunk starts at offset 0.
         let c = s.next_chunk(&mut WriteCall::new(), 200).unwrap();
         assert_eq!(c.sbuf.as_slice()[0].offset, 0);
-        s.complete(65536);
-        s.complete(200);
+        s.complete(1, 65536);
+        s.complete(1, 200);
         assert!(s.idle());
         assert_eq!(s.sbuf_bytes_avail(), 131072);
     }
@@ -546,7 +548,7 @@ mod tests {
         };
         let mut flags = chunks(&mut s, 16);
         assert_eq!(s.blocked(), Some(WriteBlocked::SendBuffer));
-        (0..12).for_each(|_| s.complete(65536));
+        (0..12).for_each(|_| s.complete(1, 65536));
         assert_eq!(s.blocked(), None);
         // Counting goes on from the 12th: the 24th is signaled, the 28th fills the ring again.
         flags.extend(chunks(&mut s, 12));

@@ -201,6 +201,7 @@ impl Connection {
     }
 
     /// The application consumed `n` readable bytes (after copying them out).
+    #[inline]
     pub(crate) fn consume(&mut self, n: usize) -> Result<(), ProtoError> {
         self.receiver.consume(n)
     }

@@ -150,12 +150,17 @@ impl Connection {
     ) -> Result<(), ProtoError> {
         let mut disconnect_done = false;
         let mut last = None;
+        // The data writes completed, and their bytes: given back to the sender in one step.
+        let (mut writes, mut bytes) = (0u32, 0u32);
         if let Err(err) = self.sends.completed_by(wr_id) {
             return Err(self.fail(err));
         }
         for (_, kind) in self.sends.complete_through(wr_id)? {
             match kind {
-                SendKind::Data { len } => self.sender.complete(len),
+                SendKind::Data { len } => {
+                    writes += 1;
+                    bytes = bytes.saturating_add(len);
+                }
                 SendKind::Control(kind) => {
                     self.control.release();
                     disconnect_done |= kind == ControlKind::Ctrl(CtrlCode::Disconnect);
@@ -167,6 +172,7 @@ impl Connection {
             }
             last = Some(kind);
         }
+        self.sender.complete(writes, bytes);
         if disconnect_done {
             // C: our DISCONNECT is out (or flushed): the connection is over.
             self.enter_disconnected();
