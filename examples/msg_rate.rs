@@ -8,7 +8,9 @@
 //!
 //! SIZE is at least 8 (the first message carries COUNT). KIND is `send` (an `Endpoint`: the client sends, the server receives every message) or
 //! `write` (an `RdmaConnection`: the client RDMA-writes into a region the server advertised,
-//! DEPTH writes in flight from DEPTH tasks). Each side times from its first message to the
+//! DEPTH writes in flight from DEPTH writers, futures that one task drives through a
+//! `FuturesUnordered`, so that what is counted per write is the library's work rather than a
+//! Tokio task's scheduling). Each side times from its first message to the
 //! last, and prints one line: `KIND side depth=.. size=.. msgs=.. secs=.. msgs_per_s=..
 //! cpu_us_per_msg=..`.
 
@@ -16,6 +18,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use rdma_async::cm::CmListener;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion};
@@ -162,26 +165,39 @@ async fn client_write(
     let (got, inbox) = conn.recv(inbox, ..).await;
     got?;
     let remote = RemoteRegion::from_bytes(&inbox)?;
+    // Writer `i` does every depth-th write, from its own buffer into its own remote slot, so
+    // concurrent writes never overlap.
+    let mut writers = Vec::with_capacity(depth as usize);
+    for i in 0..u64::from(depth) {
+        let writes = count / u64::from(depth) + u64::from(i < count % u64::from(depth));
+        let slot = remote.slice(u32::try_from(i as usize * size)?, u32::try_from(size)?)?;
+        writers.push((conn.reg_msgs(size)?, slot, writes));
+    }
     let (usage, start, posts) = (Usage::now()?, Instant::now(), conn.post_send_calls());
-    let mut tasks = tokio::task::JoinSet::new();
-    for task in 0..u64::from(depth) {
-        let conn = conn.clone();
-        // Task `task` does every depth-th write, into its own slot.
-        let writes = count / u64::from(depth) + u64::from(task < count % u64::from(depth));
-        let slot = remote.slice(u32::try_from(task as usize * size)?, u32::try_from(size)?)?;
-        tasks.spawn(async move {
-            let mut region = conn.reg_msgs(size)?;
-            for _ in 0..writes {
-                let (wrote, back) = conn.write(region, .., slot).await;
-                wrote?;
-                region = back;
-            }
-            Ok::<_, std::io::Error>(())
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done??;
-    }
+    // One task drives all the writers, as a program keeping DEPTH writes in flight would: the
+    // count is then the library's work per write, without a Tokio task scheduled per write.
+    // It is a spawned task, not `main`'s `block_on` future: a write alone on its queue lets
+    // the task's other writers post beside it only from a task.
+    let driver = conn.clone();
+    tokio::spawn(async move {
+        let conn = &driver;
+        let mut in_flight: FuturesUnordered<_> = writers
+            .into_iter()
+            .map(|(mut region, slot, writes)| async move {
+                for _ in 0..writes {
+                    let (wrote, back) = conn.write(region, .., slot).await;
+                    wrote?;
+                    region = back;
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .collect();
+        while let Some(done) = in_flight.next().await {
+            done?;
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await??;
     let measured = Measured {
         msgs: count,
         secs: start.elapsed(),

@@ -101,9 +101,13 @@ impl Reaping {
 
     /// One more work request has nobody polling for it: the completion task attends.
     pub(super) fn leave(&self) {
-        self.unattended.fetch_add(1, Ordering::AcqRel);
-        // Stores a permit if the task is not waiting yet: it looks at the count again after.
-        self.wanted.notify_one();
+        // Only the first needs the task woken: a task that read 0 and waits sees the count
+        // leave 0 through this notify; while it is above 0, the task attends anyway (it reads
+        // the count before each wait). At queue depth 64 that saves a notify per operation.
+        if self.unattended.fetch_add(1, Ordering::AcqRel) == 0 {
+            // Stores a permit if the task is not waiting yet: it looks at the count again after.
+            self.wanted.notify_one();
+        }
     }
 
     /// A work request counted by [`Self::leave`] was handed out (or freed).
