@@ -27,7 +27,7 @@
 
 mod entry;
 
-use entry::Runtimes;
+use entry::{Kind, Runtimes};
 use proc_macro::TokenStream;
 
 /// Marks an `async fn` as a test that needs an RDMA device.
@@ -95,7 +95,7 @@ use proc_macro::TokenStream;
 /// a second test attribute (such as `#[test]`) on the same function.
 #[proc_macro_attribute]
 pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
-    entry::expand(entry::Kind::Test, Runtimes::All, args.into(), item.into()).into()
+    expand(Kind::Test, Runtimes::All, args, item)
 }
 
 /// `#[rdma_async::test]` where rdma-async's `rt-multi-thread` feature is off: the same, except
@@ -103,13 +103,7 @@ pub fn test(args: TokenStream, item: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro_attribute]
 pub fn test_rt(args: TokenStream, item: TokenStream) -> TokenStream {
-    entry::expand(
-        entry::Kind::Test,
-        Runtimes::CurrentThreadOnly,
-        args.into(),
-        item.into(),
-    )
-    .into()
+    expand(Kind::Test, Runtimes::CurrentThreadOnly, args, item)
 }
 
 /// Runs an `async fn main` on a Tokio runtime.
@@ -145,7 +139,7 @@ pub fn test_rt(args: TokenStream, item: TokenStream) -> TokenStream {
 /// inconsistent arguments are compile errors.
 #[proc_macro_attribute]
 pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
-    entry::expand(entry::Kind::Main, Runtimes::All, args.into(), item.into()).into()
+    expand(Kind::Main, Runtimes::All, args, item)
 }
 
 /// `#[rdma_async::main]` where rdma-async's `rt-multi-thread` feature is off: the multi-thread
@@ -154,11 +148,10 @@ pub fn main(args: TokenStream, item: TokenStream) -> TokenStream {
 #[doc(hidden)]
 #[proc_macro_attribute]
 pub fn main_rt(args: TokenStream, item: TokenStream) -> TokenStream {
-    entry::expand(
-        entry::Kind::Main,
-        Runtimes::CurrentThreadOnly,
-        args.into(),
-        item.into(),
-    )
-    .into()
+    expand(Kind::Main, Runtimes::CurrentThreadOnly, args, item)
+}
+
+/// The four attributes' one body: `proc_macro` tokens in and out of [`entry::expand`].
+fn expand(kind: Kind, runtimes: Runtimes, args: TokenStream, item: TokenStream) -> TokenStream {
+    entry::expand(kind, runtimes, args.into(), item.into()).into()
 }
