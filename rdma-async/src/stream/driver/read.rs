@@ -165,6 +165,11 @@ impl<D: StreamDevice> StreamCore<D> {
                 },
             }
         };
+        // A window revoked on the way may have made an SGL update due: out now, as flush
+        // posts nothing.
+        if let Err(e) = self.post_controls(&mut state) {
+            self.fatal(&mut state, e);
+        }
         coop.made_progress();
         Poll::Ready(Ok(outcome))
     }
