@@ -17,8 +17,10 @@
 //! credit updates), so the work per poll is bounded: every batch of up to [`BATCH`]
 //! completions spends one unit of Tokio's cooperative budget (128 per task poll, so at most
 //! 4096 completions before the task yields), and a call without a task context (`try_read`,
-//! `try_write`, flush, the keepalive) handles at most [`PUMP_BATCHES`] batches. Completions
-//! left behind stay queued and are handled, in order, by the next call.
+//! `try_write`, the keepalive) handles at most [`PUMP_BATCHES`] batches. Completions left
+//! behind stay queued and are handled, in order, by the next call. A read of bytes already
+//! delivered, or a write that posts at once, spends no budget: neither can go on for ever
+//! without completions to refill the ring or return credits.
 
 mod close;
 mod completions;

@@ -5,7 +5,7 @@ use std::io;
 use std::task::{Context, Poll, ready};
 
 use tokio::io::ReadBuf;
-use tokio::task::coop;
+use tokio::task::coop::{self, RestoreOnPending};
 
 use crate::proto::{LendStep, ReadStatus};
 use crate::stream::lending_ring::INITIAL_RANGE;
@@ -165,6 +165,11 @@ impl<D: StreamDevice> StreamCore<D> {
                 },
             }
         };
+        // A window revoked on the way may have made an SGL update due: out now, as flush
+        // posts nothing.
+        if let Err(e) = self.post_controls(&mut state) {
+            self.fatal(&mut state, e);
+        }
         coop.made_progress();
         Poll::Ready(Ok(outcome))
     }
@@ -183,17 +188,29 @@ impl<D: StreamDevice> StreamCore<D> {
     }
 
     /// Reads (or peeks) into `buf`; with no `cx`, returns `WouldBlock` instead of waiting.
+    ///
+    /// A unit of Tokio's budget (`unit`, for the caller to spend) is taken, if the caller has
+    /// not, only once nothing is readable: a read of bytes already delivered spends none. Such
+    /// reads consume the ring, so they cannot go on for ever without one: refilling it takes
+    /// completions, handled within the budget (and end of stream or an error spends one on
+    /// every read).
     pub(super) fn read(
         &self,
         mut cx: Option<&mut Context<'_>>,
         buf: &mut ReadBuf<'_>,
         peek: bool,
+        unit: &mut Option<RestoreOnPending>,
     ) -> Poll<io::Result<()>> {
         let mut state = self.lock();
         loop {
             // Like rsockets' rrecv, the queue is polled only when nothing is readable: bytes a
             // batch of completions delivered are read without polling it again for each read.
             if state.conn.read_status_len() == 0 {
+                if let Some(cx) = cx.as_deref_mut()
+                    && unit.is_none()
+                {
+                    *unit = Some(ready!(coop::poll_proceed(cx)));
+                }
                 ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
             }
             match state.conn.read_status() {
@@ -220,15 +237,22 @@ impl<D: StreamDevice> StreamCore<D> {
         buf: &mut ReadBuf<'_>,
         peek: bool,
     ) -> Poll<io::Result<()>> {
-        let coop = ready!(coop::poll_proceed(cx));
-        let result = ready!(self.read(Some(cx), buf, peek));
-        coop.made_progress();
+        // A peek, or a read into no room, leaves the stream as it was: repeated, it could go on
+        // for ever, so it always spends a unit.
+        let mut unit = None;
+        if peek || buf.remaining() == 0 {
+            unit = Some(ready!(coop::poll_proceed(cx)));
+        }
+        let result = ready!(self.read(Some(cx), buf, peek, &mut unit));
+        if let Some(unit) = unit {
+            unit.made_progress();
+        }
         Poll::Ready(result)
     }
 
     /// Reads without waiting: `WouldBlock` when nothing is buffered.
     pub(in crate::stream) fn try_read(&self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
-        match self.read(None, buf, false) {
+        match self.read(None, buf, false, &mut None) {
             Poll::Ready(result) => result,
             Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
         }

@@ -342,3 +342,51 @@ async fn a_disconnect_ends_the_stream_after_the_bytes_sent_before_it() {
     assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
     assert!(err.to_string().contains("flushed"), "unclear error: {err}");
 }
+
+/// Polls one-byte reads `times` times within one poll of the task (one budget): how many
+/// returned a byte, and whether one was `Pending` (then it stops).
+async fn one_byte_reads_in_one_poll(core: &Core, times: usize) -> (usize, bool) {
+    poll_fn(|cx| {
+        let mut bytes = 0;
+        for _ in 0..times {
+            let mut byte = [0u8; 1];
+            let mut read = ReadBuf::new(&mut byte);
+            match core.poll_read(cx, &mut read, false) {
+                Poll::Ready(result) => {
+                    result.expect("a read");
+                    bytes += read.filled().len();
+                }
+                Poll::Pending => return Poll::Ready((bytes, true)),
+            }
+        }
+        Poll::Ready((bytes, false))
+    })
+    .await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn reads_of_delivered_bytes_spend_no_budget_and_reads_at_the_end_do() {
+    let (a, b, _wire) = connected(Config::new());
+    const LEN: usize = 300;
+    timeout(GUARD, async {
+        write_all(&b, &pattern(LEN, 3)).await.expect("b writes");
+        // The first read reaps the delivery; the rest read what it delivered, more reads in
+        // one poll of the task than Tokio's budget of 128 units would allow if each took one.
+        assert_eq!(read_exact(&a, 1).await.expect("a reads").len(), 1);
+        let (bytes, yielded) = one_byte_reads_in_one_poll(&a, LEN - 1).await;
+        assert!(
+            !yielded && bytes == LEN - 1,
+            "reads of delivered bytes yielded to the runtime after {bytes} bytes"
+        );
+        shutdown(&b).await.expect("b shuts down");
+        assert_eq!(read_some(&a, &mut [0; 8]).await.expect("end of stream"), 0);
+        // A loop reading end of stream would never end otherwise: each read spends a unit.
+        let (bytes, yielded) = one_byte_reads_in_one_poll(&a, 1000).await;
+        assert!(
+            yielded && bytes == 0,
+            "1000 reads at end of stream in one poll of the task never yielded"
+        );
+    })
+    .await
+    .expect("the reads hung");
+}
