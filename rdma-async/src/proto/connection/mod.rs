@@ -300,7 +300,7 @@ impl Connection {
 
     /// Connected (peer data taken, not disconnected or failed). Stays true after a local
     /// shutdown/close until the DISCONNECT completes.
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn is_connected(&self) -> bool {
         self.state.connected
     }
