@@ -47,6 +47,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::ReadBuf;
 
+use super::input::Input;
 use crate::proto::Config;
 use crate::stream::FakeStreams;
 
@@ -169,30 +170,11 @@ struct End {
     eof: bool,
 }
 
-/// The input, a byte at a time (zeros once it is used up).
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((&b, rest)) => {
-                self.0 = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// A length from 1 to about 256 KiB, small ones as likely as large ones.
-    fn len(&mut self) -> usize {
-        let b = usize::from(self.byte());
-        let unit = [1, 64, 512, 4096][b >> 6];
-        (b & 63) * unit + 1
-    }
+/// A length from 1 to about 256 KiB from the input, small ones as likely as large ones.
+fn chunk_len(input: &mut Input<'_>) -> usize {
+    let b = usize::from(input.byte());
+    let unit = [1, 64, 512, 4096][b >> 6];
+    (b & 63) * unit + 1
 }
 
 /// The configuration both ends use, from the input's first bytes: rings from a few bytes (so
@@ -278,23 +260,23 @@ impl Run {
         let end = usize::from(op >> 4) & 1;
         match op & 0x0f {
             0 | 13 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.write(end, len);
             }
             1 | 14 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.read(end, len);
             }
             2 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.peek(end, len);
             }
             3 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.try_write(end, len);
             }
             4 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.try_read(end, len);
             }
             5 => {
