@@ -13,10 +13,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_async_sys::rdma_cm_event_type as ev;
 use tokio::net::ToSocketAddrs;
 
-use super::error::event_error;
+use super::event_steps::{CmStep, StepOutcome};
 use super::events::CmEvents;
 use super::id_options::IdOptions;
 use super::link::CmLink;
@@ -175,21 +174,21 @@ macro_rules! dial_setters {
 }
 pub(crate) use dial_setters;
 
-/// Waits for `wanted`, skipping informational events; any other event fails the step.
+/// Waits for the event that ends `step`, skipping informational events; any other event fails
+/// the step ([`CmStep::on_event`] decides).
 pub(crate) async fn expect(
     events: &CmEvents,
-    wanted: u32,
+    step: CmStep,
     peer: Option<SocketAddr>,
-    step: &str,
 ) -> io::Result<CmEvent> {
     loop {
         let event = events.next().await?;
-        match event.kind {
-            k if k == wanted => return Ok(event),
-            ev::RDMA_CM_EVENT_ADDR_CHANGE | ev::RDMA_CM_EVENT_TIMEWAIT_EXIT => {
+        match step.on_event(&event, peer) {
+            StepOutcome::Done => return Ok(event),
+            StepOutcome::Ignored => {
                 tracing::debug!(event = event.name(), "ignoring informational rdma_cm event");
             }
-            _ => return Err(event_error(&event, peer, step)),
+            StepOutcome::Failed(e) => return Err(e),
         }
     }
 }
@@ -221,21 +220,9 @@ pub(crate) async fn resolve_route(
     let ms = timeout_ms(timeout);
     let peer = Some(dst);
     id.resolve_addr(bind, dst, ms)?;
-    expect(
-        events,
-        ev::RDMA_CM_EVENT_ADDR_RESOLVED,
-        peer,
-        "resolving the address",
-    )
-    .await?;
+    expect(events, CmStep::ResolvingAddr, peer).await?;
     id.resolve_route(ms)?;
-    expect(
-        events,
-        ev::RDMA_CM_EVENT_ROUTE_RESOLVED,
-        peer,
-        "resolving the route",
-    )
-    .await?;
+    expect(events, CmStep::ResolvingRoute, peer).await?;
     Ok(())
 }
 
@@ -286,13 +273,7 @@ async fn connect_one<P>(
             .to_raw(MAX_CONNECT_PRIVATE_DATA, "connect")?;
     }
     id.connect(&raw_params)?;
-    let established = expect(
-        &events,
-        ev::RDMA_CM_EVENT_ESTABLISHED,
-        Some(dst),
-        "connecting",
-    )
-    .await?;
+    let established = expect(&events, CmStep::Connecting, Some(dst)).await?;
     id.set_qp_min_rnr_timer(params.get_min_rnr_timer())?;
     let link = CmLink::new(id, events, established.private_data, dst)?;
     tracing::debug!(parent: link.span(), "connected");
@@ -374,13 +355,7 @@ async fn accept_within<P, T>(
     // rdma_accept moved the queue pair to RTS before the reply went out: set before the peer
     // can send.
     id.set_qp_min_rnr_timer(params.get_min_rnr_timer())?;
-    expect(
-        &events,
-        ev::RDMA_CM_EVENT_ESTABLISHED,
-        Some(peer),
-        "accepting",
-    )
-    .await?;
+    expect(&events, CmStep::Accepting, Some(peer)).await?;
     let link = CmLink::new(id, events, peer_private_data, peer)?;
     tracing::debug!(parent: link.span(), "accepted");
     finish(parts, link)

@@ -4,30 +4,14 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use rdma_async_sys::rdma_cm_event_type as ev;
-
 use std::task::{Context, Poll, ready};
 
+use super::event_steps::{LinkEvent, LinkState};
 use super::events::CmEvents;
 use crate::device::DeviceEvent;
 use crate::device::events::{QueuePairOwner, Registration};
 use crate::reactor::FdWaiter;
 use crate::verbs::CmId;
-
-/// State of an established connection as rdma_cm reports it.
-#[derive(Debug, Default)]
-struct LinkState {
-    /// We asked to disconnect.
-    local_disconnect: bool,
-    /// `RDMA_CM_EVENT_DISCONNECTED` arrived (after a local or a peer disconnect).
-    disconnected: bool,
-    /// The peer disconnected first.
-    peer_initiated: bool,
-    /// The device went away.
-    device_removed: bool,
-    /// A device event broke the queue pair (`IBV_EVENT_QP_FATAL`, ...): what it said.
-    broken_by: Option<String>,
-}
 
 /// An established connection's id and event channel.
 ///
@@ -142,34 +126,25 @@ impl CmLink {
             let Some(event) = self.events.try_next()? else {
                 return Err(io::ErrorKind::WouldBlock.into());
             };
-            match event.kind {
-                ev::RDMA_CM_EVENT_DISCONNECTED => {
-                    if !state.local_disconnect {
-                        tracing::debug!(parent: &self.span, "peer disconnected");
-                        state.peer_initiated = true;
-                        // Completes the exchange and flushes our queue pair, as librdmacm's
-                        // examples do on a peer's disconnect.
-                        state.local_disconnect = true;
-                        if let Err(e) = self.id.disconnect() {
-                            tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after peer disconnect failed");
-                        }
+            match state.on_event(event.kind) {
+                LinkEvent::PeerDisconnected => {
+                    tracing::debug!(parent: &self.span, "peer disconnected");
+                    // Completes the exchange and flushes our queue pair, as librdmacm's
+                    // examples do on a peer's disconnect.
+                    if let Err(e) = self.id.disconnect() {
+                        tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after peer disconnect failed");
                     }
-                    state.disconnected = true;
                 }
-                ev::RDMA_CM_EVENT_DEVICE_REMOVAL => {
+                LinkEvent::Disconnected => {}
+                LinkEvent::DeviceRemoved { disconnect } => {
                     tracing::warn!(parent: &self.span, "the RDMA device was removed");
-                    state.device_removed = true;
-                    state.disconnected = true;
                     // Moves the queue pair to the error state, so every pending work request
                     // completes (flushed) and its waiter learns of the removal.
-                    if !state.local_disconnect {
-                        state.local_disconnect = true;
-                        if let Err(e) = self.id.disconnect() {
-                            tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after device removal failed");
-                        }
+                    if disconnect && let Err(e) = self.id.disconnect() {
+                        tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after device removal failed");
                     }
                 }
-                _ => {
+                LinkEvent::Ignored => {
                     tracing::debug!(parent: &self.span, event = event.name(), "rdma_cm event on a connection")
                 }
             }
@@ -186,8 +161,7 @@ impl CmLink {
     /// as recorded: without reading the channel (see `CmWatch::try_closed`, which reads it
     /// when the reactor reports it readable).
     pub(crate) fn is_closed_or_closing(&self) -> bool {
-        let state = self.state();
-        state.disconnected || state.local_disconnect
+        self.state().is_closed_or_closing()
     }
 
     fn poll_state(&self) -> io::Result<MutexGuard<'_, LinkState>> {
@@ -232,7 +206,7 @@ impl CmLink {
     /// providers never complete receives posted to a queue pair already in the error state.
     pub(crate) fn while_open<R>(&self, post: impl FnOnce() -> R) -> Option<R> {
         let state = self.state();
-        if state.disconnected || state.local_disconnect {
+        if state.is_closed_or_closing() {
             return None;
         }
         let out = post();
@@ -243,8 +217,7 @@ impl CmLink {
     /// Whether the connection ended without an orderly close: rdma_cm reported its device
     /// removed, or a device event broke its queue pair.
     pub(crate) fn is_device_removed(&self) -> bool {
-        let state = self.state();
-        state.device_removed || state.broken_by.is_some()
+        self.state().is_device_removed()
     }
 
     /// Whether the connection is known to be closed.
@@ -271,10 +244,9 @@ impl CmLink {
     /// Starts a disconnect (idempotent). The queue pair moves to the error state at once.
     pub(crate) fn disconnect(&self) -> io::Result<()> {
         let mut state = self.state();
-        if state.local_disconnect {
+        if !state.start_disconnect() {
             return Ok(());
         }
-        state.local_disconnect = true;
         tracing::debug!(parent: &self.span, "disconnecting");
         self.id.disconnect()
     }
@@ -286,42 +258,7 @@ impl CmLink {
     /// `DEVICE_REMOVAL`, and the removal is the cause to name once it is known.
     pub(crate) fn closed_error(&self, writing: bool) -> io::Error {
         let state = self.poll_state().unwrap_or_else(|_| self.state());
-        let (kind, message) = if let Some(event) = &state.broken_by {
-            (
-                io::ErrorKind::ConnectionAborted,
-                format!(
-                    "the connection to {} was ended by a device event: {event}",
-                    self.peer
-                ),
-            )
-        } else if state.device_removed {
-            (
-                io::ErrorKind::ConnectionAborted,
-                format!(
-                    "the RDMA device of the connection to {} was removed",
-                    self.peer
-                ),
-            )
-        } else if writing {
-            (
-                io::ErrorKind::BrokenPipe,
-                format!("connection to {} is closed", self.peer),
-            )
-        } else if state.peer_initiated {
-            (
-                io::ErrorKind::ConnectionReset,
-                format!(
-                    "connection closed by {} (RDMA_CM_EVENT_DISCONNECTED)",
-                    self.peer
-                ),
-            )
-        } else {
-            (
-                io::ErrorKind::NotConnected,
-                format!("the connection to {} was disconnected locally", self.peer),
-            )
-        };
-        io::Error::new(kind, message)
+        state.closed_error(self.peer, writing)
     }
 }
 
@@ -354,18 +291,15 @@ impl QueuePairOwner for LinkOwner {
         };
         let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
         tracing::warn!(parent: &self.span, %event, "a device event broke the queue pair: disconnecting");
-        state.broken_by = Some(event.to_string());
         // Over now, as after a device removal: waiters woken by the flushed work requests
         // find it closed instead of waiting for rdma_cm's DISCONNECTED, which needs the peer's
-        // answer to our disconnect request (or its timeout).
-        state.disconnected = true;
-        // Moves the queue pair to the error state: pending work requests complete (flushed) and
-        // wake their waiters, who find the connection closed.
-        if !state.local_disconnect {
-            state.local_disconnect = true;
-            if let Err(e) = id.disconnect() {
-                tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after a device event failed");
-            }
+        // answer to our disconnect request (or its timeout). The disconnect moves the queue
+        // pair to the error state: pending work requests complete (flushed) and wake their
+        // waiters, who find the connection closed.
+        if state.broken(event.to_string())
+            && let Err(e) = id.disconnect()
+        {
+            tracing::debug!(parent: &self.span, error = %e, "rdma_disconnect after a device event failed");
         }
         true
     }

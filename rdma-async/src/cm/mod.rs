@@ -22,6 +22,7 @@
 pub(crate) mod accept_failure;
 mod conn_waiter;
 mod error;
+pub(crate) mod event_steps;
 mod events;
 pub(crate) mod handshake;
 mod id_options;

@@ -11,11 +11,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_async_sys::rdma_cm_event_type as ev;
-
 use super::address_handles::SocketHandles;
 use super::peers::Route;
 use super::sidr::{expect, resolve_addr, udp_id};
+use crate::cm::event_steps::CmStep;
 use crate::cm::{CmEvents, IdOptions};
 use crate::error;
 use crate::verbs::{CmId, UdQueuePair};
@@ -54,7 +53,7 @@ pub(crate) async fn join(
     let (id, events) = udp_id(options)?;
     resolve_addr(&id, &events, local.ip(), group, timeout).await?;
     id.join_multicast(group)?;
-    let event = expect(&events, ev::RDMA_CM_EVENT_MULTICAST_JOIN, group, "joining").await?;
+    let event = expect(&events, CmStep::Joining, group).await?;
     let ud = event
         .ud
         .ok_or_else(|| io::Error::other(format!("joining {group} reported no address handle")))?;

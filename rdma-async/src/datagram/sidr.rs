@@ -6,9 +6,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdma_async_sys::rdma_cm_event_type as ev;
-
 use super::hello::Hello;
+use crate::cm::event_steps::CmStep;
 use crate::cm::handshake;
 use crate::cm::{CmError, CmEvents, IdOptions};
 use crate::error;
@@ -24,11 +23,10 @@ pub(crate) fn udp_id(options: &IdOptions) -> io::Result<(Arc<CmId>, CmEvents)> {
 /// bound there) and stays `TimedOut` when it did not answer.
 pub(crate) async fn expect(
     events: &CmEvents,
-    wanted: u32,
+    step: CmStep,
     peer: SocketAddr,
-    step: &str,
 ) -> io::Result<CmEvent> {
-    handshake::expect(events, wanted, Some(peer), step)
+    handshake::expect(events, step, Some(peer))
         .await
         .map_err(|e| sidr_error(e, peer))
 }
@@ -73,13 +71,7 @@ pub(crate) async fn resolve_addr(
         dst,
         handshake::timeout_ms(timeout),
     )?;
-    expect(
-        events,
-        ev::RDMA_CM_EVENT_ADDR_RESOLVED,
-        dst,
-        "resolving the address",
-    )
-    .await?;
+    expect(events, CmStep::ResolvingAddr, dst).await?;
     Ok(())
 }
 
@@ -106,13 +98,7 @@ pub(crate) async fn resolve_peer(
         private_data: hello.encode().to_vec(),
         ..RawConnParam::default()
     })?;
-    let event = expect(
-        &events,
-        ev::RDMA_CM_EVENT_ESTABLISHED,
-        dst,
-        "asking for its queue pair",
-    )
-    .await?;
+    let event = expect(&events, CmStep::AskingForQp, dst).await?;
     let ud = event
         .ud
         .ok_or_else(|| io::Error::other(format!("the SIDR reply of {dst} carried no route")))?;

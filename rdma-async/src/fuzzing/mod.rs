@@ -1,17 +1,20 @@
 //! The harnesses of the fuzz targets in `fuzz/`: one per decoder of peer input, one for the
 //! stream driver over the fake device (`stream_driver`), one for the table of outstanding work
 //! requests on caller memory (`in_flight`) and one for a datagram socket's sender tables
-//! (`datagram_peers`), each asserting its invariants (not
+//! (`datagram_peers`), one for what rdma_cm events do to a handshake and a connection
+//! (`cm_events`), each asserting its invariants (not
 //! only that it does not panic). The fuzz targets reach them through the hidden `__fuzz`
 //! module (`--cfg rdma_async_fuzzing`); the unit test below replays every file of
 //! `fuzz/corpus/` through them, so the seeds and every regression input a fuzzing run found are
 //! tests on every `cargo test`.
 
+mod cm_events;
 mod conn_data;
 mod datagram_peers;
 mod grh;
 mod hello;
 mod in_flight;
+mod input;
 mod private_data;
 mod recv_path;
 mod remote_region;
@@ -19,6 +22,7 @@ mod stream_driver;
 
 use crate::proto::{Config, Connection, LocalLayout};
 
+pub use cm_events::cm_events;
 pub use conn_data::conn_data;
 pub use datagram_peers::datagram_peers;
 pub use grh::grh;
@@ -59,6 +63,7 @@ pub const TARGETS: &[(&str, Harness)] = &[
     ("stream_driver", stream_driver),
     ("in_flight", in_flight),
     ("datagram_peers", datagram_peers),
+    ("cm_events", cm_events),
 ];
 
 #[cfg(test)]

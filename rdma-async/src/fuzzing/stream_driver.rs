@@ -20,6 +20,25 @@
 //! - when nothing broke the wire, at the end (completions released) draining both ends
 //!   finishes every pending write and shutdown and delivers every byte written, and end of
 //!   stream after a finished shutdown.
+//!
+//! After every step (and after the final drain) it also reads the books of both drivers'
+//! protocol state and of the fake device's queues ([`Run::check_books`]), whatever was
+//! injected:
+//! - send credits: a sender's limit is never behind the messages it sent (credits never
+//!   negative) nor more than the peer's initial credits ahead of them (never above what was
+//!   granted), and never ahead of the newest limit the peer's receiver gave;
+//! - ring space and queue entries: a sender's free send-ring bytes and free data send-queue
+//!   entries never exceed the ring and the queue, a receiver's ungranted ring bytes never
+//!   exceed its ring;
+//! - receives: every receive of an end is either posted or its completion is queued (being
+//!   handled), never lost and never both: the two add up to the receive queue's depth while
+//!   the end is connected, and never exceed it (after the end's connection ended it stops
+//!   reposting, as C does);
+//! - the send queue: the send work requests the fake holds (posted, and neither their own
+//!   completion nor a later one polled, as a device frees entries) never exceed its depth.
+//!
+//! No lent buffer is reached: the fake refuses attached buffers and the rings do not lend
+//! (checked at the end: no window was ever bound).
 
 use std::io;
 use std::sync::Arc;
@@ -28,6 +47,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::ReadBuf;
 
+use super::input::Input;
 use crate::proto::Config;
 use crate::stream::FakeStreams;
 
@@ -150,30 +170,11 @@ struct End {
     eof: bool,
 }
 
-/// The input, a byte at a time (zeros once it is used up).
-struct Input<'a>(&'a [u8]);
-
-impl Input<'_> {
-    fn byte(&mut self) -> u8 {
-        match self.0.split_first() {
-            Some((&b, rest)) => {
-                self.0 = rest;
-                b
-            }
-            None => 0,
-        }
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// A length from 1 to about 256 KiB, small ones as likely as large ones.
-    fn len(&mut self) -> usize {
-        let b = usize::from(self.byte());
-        let unit = [1, 64, 512, 4096][b >> 6];
-        (b & 63) * unit + 1
-    }
+/// A length from 1 to about 256 KiB from the input, small ones as likely as large ones.
+fn chunk_len(input: &mut Input<'_>) -> usize {
+    let b = usize::from(input.byte());
+    let unit = [1, 64, 512, 4096][b >> 6];
+    (b & 63) * unit + 1
 }
 
 /// The configuration both ends use, from the input's first bytes: rings from a few bytes (so
@@ -233,14 +234,17 @@ fn run(bytes: &[u8]) {
         held: [false; 2],
         buf: Vec::new(),
     };
+    run.check_books();
     for _ in 0..MAX_STEPS {
         if input.is_empty() {
             break;
         }
         run.step(&mut input);
+        run.check_books();
     }
     if !run.broken && !run.poll_failed {
         run.drain();
+        run.check_books();
     }
     let wire = run.streams.wire();
     assert_eq!(
@@ -256,23 +260,23 @@ impl Run {
         let end = usize::from(op >> 4) & 1;
         match op & 0x0f {
             0 | 13 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.write(end, len);
             }
             1 | 14 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.read(end, len);
             }
             2 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.peek(end, len);
             }
             3 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.try_write(end, len);
             }
             4 => {
-                let len = input.len();
+                let len = chunk_len(input);
                 self.try_read(end, len);
             }
             5 => {
@@ -298,6 +302,66 @@ impl Run {
                 self.streams.wire().disconnect();
             }
             _ => self.poll_woken(),
+        }
+    }
+
+    /// The credit, ring and queue invariants of the module doc, on both ends.
+    fn check_books(&self) {
+        for end in 0..2 {
+            let peer = 1 - end;
+            let granted = self.streams.look(peer, |c| c.receiver().credit_limit());
+            self.streams.look(end, |c| {
+                let sender = c.sender();
+                let (sent, limit, credits) =
+                    (sender.sseq_no(), sender.sseq_comp(), sender.peer_credits());
+                // Mod 2^16: a limit behind `sent` would be a distance near 2^16.
+                assert!(
+                    limit.wrapping_sub(sent) <= credits,
+                    "end {end}: send limit {limit}, {sent} messages sent, {credits} credits \
+                     offered: credits negative or above the grant"
+                );
+                assert!(
+                    granted.wrapping_sub(limit) <= credits,
+                    "end {end}: send limit {limit} ahead of the newest limit {granted} end \
+                     {peer} gave"
+                );
+                assert!(
+                    sender.sbuf_bytes_avail() <= sender.sbuf_size(),
+                    "end {end}: {} free send-ring bytes of {}",
+                    sender.sbuf_bytes_avail(),
+                    sender.sbuf_size()
+                );
+                assert!(
+                    sender.sqe_avail() <= sender.sqe_max(),
+                    "end {end}: {} free data send-queue entries of {}",
+                    sender.sqe_avail(),
+                    sender.sqe_max()
+                );
+                let receiver = c.receiver();
+                assert!(
+                    receiver.rbuf_bytes_avail() <= receiver.rbuf_size(),
+                    "end {end}: {} ungranted receive-ring bytes of {}",
+                    receiver.rbuf_bytes_avail(),
+                    receiver.rbuf_size()
+                );
+            });
+            let queues = self.streams.wire().queues(end);
+            let receives = queues.recvs_posted + queues.recv_completions;
+            assert!(
+                receives <= queues.rq_depth,
+                "end {end}: {queues:?}: receives posted or completed beyond the queue"
+            );
+            if self.streams.look(end, |c| c.is_connected()) {
+                assert_eq!(
+                    receives, queues.rq_depth,
+                    "end {end}: {queues:?}: a receive was lost while connected"
+                );
+            }
+            assert!(
+                queues.sends_outstanding_max <= queues.sq_depth,
+                "end {end}: {queues:?}: more send work requests outstanding than the send \
+                 queue holds"
+            );
         }
     }
 

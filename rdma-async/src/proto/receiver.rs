@@ -381,9 +381,21 @@ impl Receiver {
     }
 
     /// Free receive-ring bytes not yet granted.
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn rbuf_bytes_avail(&self) -> u32 {
         self.rbuf_bytes_avail
+    }
+
+    /// The newest send limit we gave the peer.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn credit_limit(&self) -> u16 {
+        self.credit_limit
+    }
+
+    /// Receive-ring bytes in all.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn rbuf_size(&self) -> u32 {
+        self.rbuf_size
     }
 }
 

@@ -388,27 +388,46 @@ impl Sender {
     }
 
     /// Data messages sent so far (mod 2^16).
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn sseq_no(&self) -> u16 {
         self.sseq_no
     }
 
     /// Current send limit.
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn sseq_comp(&self) -> u16 {
         self.sseq_comp
     }
 
     /// Free send-buffer bytes.
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn sbuf_bytes_avail(&self) -> u32 {
         self.sbuf_bytes_avail
     }
 
     /// Free data send-queue entries.
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn sqe_avail(&self) -> u32 {
         self.sqe_avail
+    }
+
+    /// The credits the peer offered in its connection data: the send limit is never more
+    /// than this ahead of `sseq_no`.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn peer_credits(&self) -> u16 {
+        self.peer_credits
+    }
+
+    /// Data send-queue entries in all (the queue less the control slots).
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn sqe_max(&self) -> u32 {
+        self.sqe_max
+    }
+
+    /// The send ring's size.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn sbuf_size(&self) -> u32 {
+        self.sbuf_size
     }
 
     /// The local copy of target SGL slot `slot` (what is left of the granted buffer).

@@ -165,6 +165,18 @@ impl Connection {
         &self.config
     }
 
+    /// The sending half, for the fuzz harness's and the tests' look at its credits.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn sender(&self) -> &Sender {
+        &self.sender
+    }
+
+    /// The receiving half, for the fuzz harness's and the tests' look at what it granted.
+    #[cfg(any(test, rdma_async_fuzzing))]
+    pub(crate) fn receiver(&self) -> &Receiver {
+        &self.receiver
+    }
+
     /// Our connection data, for the CM connect or accept private data.
     pub(crate) fn local_conn_data(&self) -> ConnData {
         ConnData::local(
@@ -288,7 +300,7 @@ impl Connection {
 
     /// Connected (peer data taken, not disconnected or failed). Stays true after a local
     /// shutdown/close until the DISCONNECT completes.
-    #[cfg(test)]
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn is_connected(&self) -> bool {
         self.state.connected
     }

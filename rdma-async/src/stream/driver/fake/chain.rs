@@ -112,10 +112,11 @@ impl FakeDevice {
                 let mut result = Ok(());
                 let flushed = shared.disconnected;
                 for req in &requests {
+                    shared.ends[me].occupy_send();
                     if flushed {
                         // The queue pair is in the error state: every request completes
                         // flushed, and nothing reaches the peer.
-                        shared.ends[me].completions.push_back(WorkCompletion {
+                        shared.ends[me].complete_send(WorkCompletion {
                             wr_id: req.wr_id,
                             status: WcStatus::FLUSH,
                             ..WorkCompletion::EMPTY
@@ -123,6 +124,8 @@ impl FakeDevice {
                         continue;
                     }
                     if let Err(e) = execute_one(&mut shared, me, req) {
+                        // Not posted after all.
+                        shared.ends[me].sends_outstanding -= 1;
                         result = Err(e);
                         break;
                     }
@@ -192,11 +195,13 @@ fn execute_one(shared: &mut Shared, me: usize, req: &HeldRequest) -> io::Result<
         WcStatus::REMOTE_ACCESS
     };
     if req.signaled || !status.is_success() {
-        shared.ends[me].completions.push_back(WorkCompletion {
+        shared.ends[me].complete_send(WorkCompletion {
             wr_id: req.wr_id,
             status,
             ..WorkCompletion::EMPTY
         });
+    } else {
+        shared.ends[me].unsignaled += 1;
     }
     Ok(())
 }

@@ -57,6 +57,21 @@ struct End {
     unreceived: VecDeque<(u32, u32)>,
     /// The completion queue.
     completions: VecDeque<WorkCompletion>,
+    /// For each send completion in `completions`, in order: the send work requests it
+    /// retires (itself and the unsignaled ones posted before it), as a device frees their
+    /// send-queue entries once it is polled.
+    retires: VecDeque<usize>,
+    /// Send work requests posted since the last one that queues a completion.
+    unsignaled: usize,
+    /// Send work requests occupying the send queue: posted, and their completion (or a later
+    /// one's) not polled yet.
+    sends_outstanding: usize,
+    /// The most `sends_outstanding` ever was.
+    sends_outstanding_max: usize,
+    /// The send queue's depth (as `setup::build` asks the device for).
+    sq_depth: usize,
+    /// The receive queue's depth: receives posted at the start.
+    rq_depth: usize,
     /// While set, polls find no completions (they stay queued).
     held: bool,
     fail_next_post: bool,
@@ -67,11 +82,44 @@ struct End {
     binds: Vec<(usize, usize, usize, u32)>,
 }
 
+/// What the fake's queues of one end hold, for the fuzz harness's invariants.
+#[cfg(any(test, rdma_async_fuzzing))]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FakeQueues {
+    /// Receives posted and not consumed.
+    pub(crate) recvs_posted: usize,
+    /// Receive completions queued, not yet polled by the driver.
+    pub(crate) recv_completions: usize,
+    /// Writes with immediate that found no receive posted (a device would retry them).
+    pub(crate) unreceived: usize,
+    /// The receive queue's depth.
+    pub(crate) rq_depth: usize,
+    /// Send work requests occupying the send queue now, and the most ever.
+    pub(crate) sends_outstanding: usize,
+    pub(crate) sends_outstanding_max: usize,
+    /// The send queue's depth.
+    pub(crate) sq_depth: usize,
+}
+
 impl End {
     /// The wakers to wake now that something changed for this end.
     fn take_wakers(&mut self) -> impl Iterator<Item = Waker> + use<> {
         let [read, write] = std::mem::take(&mut self.wakers);
         read.into_iter().chain(write)
+    }
+
+    /// Queues a completion of one of this end's send work requests: it retires the
+    /// unsignaled ones posted before it too.
+    fn complete_send(&mut self, wc: WorkCompletion) {
+        self.completions.push_back(wc);
+        self.retires
+            .push_back(std::mem::take(&mut self.unsignaled) + 1);
+    }
+
+    /// One more send work request takes a send-queue entry.
+    fn occupy_send(&mut self) {
+        self.sends_outstanding += 1;
+        self.sends_outstanding_max = self.sends_outstanding_max.max(self.sends_outstanding);
     }
 
     /// Completes posted receives for the writes with immediate waiting for them.
@@ -171,6 +219,25 @@ impl FakeWire {
         lock(&self.shared).ends[end].completions.len()
     }
 
+    /// What `end`'s queues hold.
+    pub(crate) fn queues(&self, end: usize) -> FakeQueues {
+        let shared = lock(&self.shared);
+        let end = &shared.ends[end];
+        FakeQueues {
+            recvs_posted: end.recvs,
+            recv_completions: end
+                .completions
+                .iter()
+                .filter(|wc| wc.wr_id & WR_ID_RECV_FLAG != 0)
+                .count(),
+            unreceived: end.unreceived.len(),
+            rq_depth: end.rq_depth,
+            sends_outstanding: end.sends_outstanding,
+            sends_outstanding_max: end.sends_outstanding_max,
+            sq_depth: end.sq_depth,
+        }
+    }
+
     /// Memory window binds `end` posted.
     pub(crate) fn binds(&self, end: usize) -> usize {
         lock(&self.shared).ends[end].binds.len()
@@ -220,6 +287,9 @@ fn pair_from(
             vec![0; TARGET_SGL_BYTES],
             vec![0; CTRL_SLOT * CTRL_SLOTS],
         ];
+        // No windows on the fake (no lending ring): the send queue is `sq_size` deep.
+        state.ends[end].sq_depth = config.sq_size() as usize;
+        state.ends[end].rq_depth = config.rq_size() as usize;
         drop(state);
         FakeDevice {
             shared: shared.clone(),
@@ -401,6 +471,10 @@ fn take_batch(end: &mut End, batch: &mut CompletionBatch<BATCH>) {
     while batch.as_slice().len() < BATCH
         && let Some(wc) = end.completions.pop_front()
     {
+        if wc.wr_id & WR_ID_RECV_FLAG == 0 {
+            let retired = end.retires.pop_front().unwrap_or(0);
+            end.sends_outstanding -= retired;
+        }
         batch.push(wc);
     }
 }

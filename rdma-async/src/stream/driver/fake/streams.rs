@@ -8,7 +8,7 @@ use std::task::{Context, Poll};
 
 use tokio::io::ReadBuf;
 
-use crate::proto::Config;
+use crate::proto::{Config, Connection};
 
 use super::super::StreamCore;
 use super::{FakeDevice, FakeWire, pair_from};
@@ -35,6 +35,12 @@ impl FakeStreams {
     /// The wire, to inject failures.
     pub(crate) fn wire(&self) -> &FakeWire {
         &self.wire
+    }
+
+    /// Calls `look` with `end`'s protocol state (under the driver's lock), for the harness's
+    /// invariants on credits and ring space.
+    pub(crate) fn look<R>(&self, end: usize, look: impl FnOnce(&Connection) -> R) -> R {
+        look(&self.ends[end].lock().conn)
     }
 
     /// `StreamCore::poll_write` of `end`.
