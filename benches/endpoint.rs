@@ -31,7 +31,7 @@ fn connect(rt: &tokio::runtime::Runtime, pool: Option<&BufferPool>) -> Arc<Endpo
     };
     rt.block_on(async {
         let listener = CmListener::bind((common::addr(), 0)).await.expect("bind");
-        let target = listener.local_addr();
+        let target = listener.local_addr().unwrap();
         let server_opts = opts.clone();
         tokio::spawn(async move {
             let request = listener.accept_request().await.expect("connection request");
@@ -46,7 +46,7 @@ fn connect(rt: &tokio::runtime::Runtime, pool: Option<&BufferPool>) -> Arc<Endpo
             }
         });
         Arc::new(
-            Endpoint::connect(target, &client_opts)
+            Endpoint::connect_with(target, &client_opts)
                 .await
                 .expect("connect"),
         )

@@ -38,7 +38,7 @@ where
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     rt.block_on(async {
-        let listener = RListener::bind_with(SocketAddr::new(common::addr(), 0), options)
+        let listener = RListener::bind_with(SocketAddr::new(common::addr(), 0), &options)
             .await
             .expect("bind");
         let target = listener.local_addr().expect("local address");

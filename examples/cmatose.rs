@@ -118,7 +118,7 @@ async fn run_client(args: &Args, server: &str) -> io::Result<()> {
     println!("cmatose: connecting");
     let mut endpoints = Vec::new();
     for _ in 0..args.connections {
-        endpoints.push(Endpoint::connect((server, args.port), &opts).await?);
+        endpoints.push(Endpoint::connect_with((server, args.port), &opts).await?);
     }
     if args.count > 0 {
         println!("receiving data transfers");

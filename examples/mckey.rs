@@ -95,7 +95,7 @@ async fn run(args: &Args) -> io::Result<()> {
     println!("mckey: joining");
     let mut sockets = Vec::new();
     for _ in 0..args.connections {
-        let socket = RDatagram::bind_with((bind, 0), options.clone()).await?;
+        let socket = RDatagram::bind_with((bind, 0), &options).await?;
         if args.count > 0 && args.size > socket.max_datagram() {
             return Err(invalid(&format!(
                 "message_size {} is larger than active mtu {}",

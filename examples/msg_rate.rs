@@ -101,7 +101,7 @@ async fn client_send(
     size: usize,
     count: u64,
 ) -> Result<(), BoxError> {
-    let client = Endpoint::connect(addr, &endpoint_options(depth, size)).await?;
+    let client = Endpoint::connect_with(addr, &endpoint_options(depth, size)).await?;
     let mut msg = vec![7u8; size];
     msg[..8].copy_from_slice(&count.to_le_bytes());
     let (usage, start) = (Usage::now()?, Instant::now());
@@ -160,7 +160,7 @@ async fn client_write(
     size: usize,
     count: u64,
 ) -> Result<(), BoxError> {
-    let conn = Arc::new(RdmaConnection::connect(addr, &rdma_options(depth)).await?);
+    let conn = Arc::new(RdmaConnection::connect_with(addr, &rdma_options(depth)).await?);
     let inbox = conn.reg_msgs(RemoteRegion::ENCODED_LEN)?;
     let (got, inbox) = conn.recv(inbox, ..).await;
     got?;
@@ -237,7 +237,9 @@ async fn main() {
     let result = match (arg(0), kind) {
         ("server", kind) => match CmListener::bind(addr).await {
             Ok(listener) => {
-                println!("listening on {}", listener.local_addr());
+                if let Ok(local) = listener.local_addr() {
+                    println!("listening on {local}");
+                }
                 match kind {
                     "send" => serve_send(listener, depth, size).await,
                     "write" => serve_write(listener, depth, size).await,

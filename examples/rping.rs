@@ -18,7 +18,7 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
 
-use rdma_async::cm::{CmListener, ConnParams, IdOptions};
+use rdma_async::cm::{CmListener, ConnParams, IdOptions, ListenerOptions};
 use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion, SharedRegion};
 
 /// rping's `RPING_BUFSIZE`: pings are smaller than this.
@@ -194,7 +194,7 @@ pub async fn run_client(args: &Args) -> io::Result<()> {
     if let Some(bind) = args.bind {
         opts = opts.bind(SocketAddr::new(bind, 0));
     }
-    let conn = RdmaConnection::connect(SocketAddr::new(ip, args.port), &opts).await?;
+    let conn = RdmaConnection::connect_with(SocketAddr::new(ip, args.port), &opts).await?;
     debug(args, || {
         format!("rdma_connect successful ({})", conn.device_name())
     });
@@ -306,8 +306,15 @@ async fn serve(args: &Args, conn: RdmaConnection) -> io::Result<()> {
 pub async fn run_server(args: &Args) -> io::Result<()> {
     let ip = args.addr.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
     let addr = SocketAddr::new(ip, args.port);
-    let listener = CmListener::bind_with(addr, 3, &id_options(args)).await?;
-    debug(args, || format!("rdma_listen on {}", listener.local_addr()));
+    let listener = CmListener::bind_with(
+        addr,
+        &ListenerOptions::new()
+            .backlog(3)
+            .id_options(id_options(args)),
+    )
+    .await?;
+    let local = listener.local_addr()?;
+    debug(args, || format!("rdma_listen on {local}"));
     serve_listener(args, listener).await
 }
 
@@ -316,9 +323,8 @@ pub async fn serve_listener(args: &Args, listener: CmListener) -> io::Result<()>
     loop {
         let request = listener.accept_request().await?;
         let conn = RdmaConnection::accept(request, &options(args)).await?;
-        debug(args, || {
-            format!("accepted {} ({})", conn.peer_addr(), conn.device_name())
-        });
+        let peer = conn.peer_addr()?;
+        debug(args, || format!("accepted {peer} ({})", conn.device_name()));
         if args.persistent {
             let args = args.clone();
             tokio::spawn(async move {

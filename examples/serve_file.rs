@@ -30,7 +30,7 @@ async fn server(addr: SocketAddr, path: &str) -> Result<(), BoxError> {
     let file = File::open(path)?;
     let len = usize::try_from(file.metadata()?.len())?;
     let listener = CmListener::bind(addr).await?;
-    println!("listening on {}", listener.local_addr());
+    println!("listening on {}", listener.local_addr()?);
     let request = listener.accept_request().await?;
     let conn = RdmaConnection::accept(request, &RdmaOptions::new()).await?;
     // Registered in the connection's device context, readable by the peer only.
@@ -56,7 +56,7 @@ async fn server(addr: SocketAddr, path: &str) -> Result<(), BoxError> {
 }
 
 async fn client(addr: SocketAddr, out: &str, chunk: usize) -> Result<(), BoxError> {
-    let conn = RdmaConnection::connect(addr, &RdmaOptions::new()).await?;
+    let conn = RdmaConnection::connect_with(addr, &RdmaOptions::new()).await?;
     let inbox = conn.reg_msgs(RemoteRegion::ENCODED_LEN)?;
     let (got, inbox) = conn.recv(inbox, ..).await;
     got?;

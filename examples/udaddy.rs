@@ -111,7 +111,7 @@ async fn run_server(args: &Args) -> io::Result<()> {
             "the server needs -b: the address of an RDMA device",
         )
     })?;
-    let socket = RDatagram::bind_with((bind, PORT), options(args)).await?;
+    let socket = RDatagram::bind_with((bind, PORT), &options(args)).await?;
     check_size(&socket, args)?;
     if args.count == 0 {
         return Ok(());
@@ -148,7 +148,7 @@ async fn run_client(args: &Args, server: &str) -> io::Result<()> {
     println!("udaddy: connecting");
     let mut sockets = Vec::new();
     for _ in 0..args.connections {
-        let socket = RDatagram::bind_with((bind.as_str(), 0), options(args)).await?;
+        let socket = RDatagram::bind_with((bind.as_str(), 0), &options(args)).await?;
         check_size(&socket, args)?;
         socket.connect((server, PORT)).await?;
         sockets.push(socket);

@@ -26,7 +26,7 @@ mod fnv;
 use fnv::{FNV_OFFSET, fnv1a};
 
 async fn server(addr: SocketAddr) -> Result<(), BoxError> {
-    let listener = RListener::bind_with(addr, RStreamOptions::new().zero_copy_reads(true)).await?;
+    let listener = RListener::bind_with(addr, &RStreamOptions::new().zero_copy_reads(true)).await?;
     println!("listening on {}", listener.local_addr()?);
     let (mut stream, _) = listener.accept().await?;
     let mut len = [0u8; 8];

@@ -40,12 +40,21 @@
 //!     server.closed().await
 //! });
 //! let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(*b"hello"));
-//! let client = Endpoint::connect("10.77.0.1:7471", &opts).await?;
+//! let client = Endpoint::connect_with("10.77.0.1:7471", &opts).await?;
 //! client.send(b"ping").await?;
 //! assert_eq!(&client.recv().await?[..], b"ping");
 //! client.disconnect().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! # Options
+//!
+//! Every type has a plain constructor with the defaults (`connect(addr)`, `bind(addr)`) and a
+//! `*_with` one (`connect_with(addr, &options)`, `bind_with(addr, &options)`, `accept(request,
+//! &options)`) that takes its options struct by reference. The same options usually serve many
+//! connections (a client that dials many peers, a listener whose every accepted connection
+//! copies them), so a reference keeps them with the caller, reusable, without a `clone()` at
+//! each call; the types that keep them copy what they need.
 //!
 //! # Tracing
 //!

@@ -35,7 +35,7 @@ async fn connect_without_a_device_is_a_clear_error() {
     if !no_device_here() {
         return;
     }
-    let err = Endpoint::connect("127.0.0.1:7471", &EndpointOptions::new())
+    let err = Endpoint::connect_with("127.0.0.1:7471", &EndpointOptions::new())
         .await
         .unwrap_err();
     assert_no_device_error(&err);

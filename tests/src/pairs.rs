@@ -21,13 +21,13 @@ pub async fn rdma_pair_on(
     server_opts: &RdmaOptions,
     client_opts: &RdmaOptions,
 ) -> (RdmaConnection, RdmaConnection) {
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server = async {
         let request = listener.accept_request().await?;
         RdmaConnection::accept(request, server_opts).await
     };
     let (server, client) = guard("RDMA connection", async {
-        tokio::join!(server, RdmaConnection::connect(addr, client_opts))
+        tokio::join!(server, RdmaConnection::connect_with(addr, client_opts))
     })
     .await;
     (server.expect("accept"), client.expect("connect"))
@@ -45,13 +45,13 @@ pub async fn endpoint_pair_on(
     server_opts: &EndpointOptions,
     client_opts: &EndpointOptions,
 ) -> (Endpoint, Endpoint) {
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server = async {
         let request = listener.accept_request().await?;
         Endpoint::accept(request, server_opts).await
     };
     let (server, client) = guard("connect", async {
-        tokio::join!(server, Endpoint::connect(addr, client_opts))
+        tokio::join!(server, Endpoint::connect_with(addr, client_opts))
     })
     .await;
     (server.expect("accept"), client.expect("connect"))

@@ -22,7 +22,7 @@ pub async fn rlistener() -> RListener {
 
 /// An `RListener` on the test address whose connections use `options`.
 pub async fn rlistener_with(options: RStreamOptions) -> RListener {
-    RListener::bind_with(test_addr(0), options)
+    RListener::bind_with(test_addr(0), &options)
         .await
         .expect("bind RListener")
 }

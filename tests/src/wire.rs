@@ -334,7 +334,7 @@ pub async fn try_echo_through(
 /// Connects to `wire-peer rdma` and learns its region.
 pub async fn rdma_client(addr: SocketAddr) -> (RdmaConnection, RemoteRegion) {
     let opts = RdmaOptions::new();
-    let conn = connect_retrying(|| RdmaConnection::connect(addr, &opts)).await;
+    let conn = connect_retrying(|| RdmaConnection::connect_with(addr, &opts)).await;
     let (got, msg) = guard(
         "region descriptor",
         conn.recv(conn.reg_msgs(64).unwrap(), ..),

@@ -143,7 +143,7 @@ async fn a_parked_request_ends_endpoint_and_rdma_accepts_at_the_deadline() {
     let _alone = EXCLUSIVE.lock().await;
     let deadline = Duration::from_secs(2);
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let baseline = leak_counts();
 
     let parked = park(addr, b"parked", 2).await;

@@ -88,7 +88,7 @@ async fn child() {
 async fn second_device_by_name() {
     let addr: IpAddr = ADDR.parse().unwrap();
     let options = RStreamOptions::new().device(SECOND);
-    let listener = RListener::bind_with(SocketAddr::new([0, 0, 0, 0].into(), 0), options.clone())
+    let listener = RListener::bind_with(SocketAddr::new([0, 0, 0, 0].into(), 0), &options)
         .await
         .unwrap();
     let local = listener.local_addr().unwrap();
@@ -117,7 +117,7 @@ async fn second_device_by_name() {
             opts = opts.device(c);
         }
         async move {
-            RDatagram::bind_with("10.77.8.1:0", opts)
+            RDatagram::bind_with("10.77.8.1:0", &opts)
                 .await
                 .map(|s| s.context().device_name().to_owned())
         }
@@ -141,7 +141,7 @@ async fn second_device_by_name() {
     let wildcard = CmListener::bind(SocketAddr::new([0, 0, 0, 0].into(), 0))
         .await
         .unwrap();
-    let to_second = SocketAddr::new(addr, wildcard.local_addr().port());
+    let to_second = SocketAddr::new(addr, wildcard.local_addr().unwrap().port());
     let (on_first, plain) = (
         EndpointOptions::new().device("rxe0"),
         EndpointOptions::new(),
@@ -152,7 +152,7 @@ async fn second_device_by_name() {
                 let request = wildcard.accept_request().await?;
                 Endpoint::accept(request, &on_first).await
             },
-            Endpoint::connect(to_second, &plain)
+            Endpoint::connect_with(to_second, &plain)
         )
     })
     .await;
@@ -163,7 +163,7 @@ async fn second_device_by_name() {
     assert_eq!(kind, io::ErrorKind::ConnectionRefused, "{msg}");
 
     // rxe0's address with rxe1 chosen.
-    let (kind, msg) = err_kind(RListener::bind_with(test_addr(0), options.clone()).await);
+    let (kind, msg) = err_kind(RListener::bind_with(test_addr(0), &options).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
     assert!(msg.contains(ADDR) && msg.contains(SECOND), "{msg}");
 
@@ -178,7 +178,7 @@ async fn wrong_device_contexts_and_regions(addr: IpAddr) {
     use rdma_async::rdma::RdmaConnection;
     let first = DeviceContext::shared("rxe0").unwrap();
     let listener = CmListener::bind(SocketAddr::new(addr, 0)).await.unwrap();
-    let target = listener.local_addr();
+    let target = listener.local_addr().unwrap();
     // A connect through rxe1 in rxe0's context.
     let (kind, msg) = err_kind(
         RStream::connect_with(target, &RStreamOptions::new().context(first.clone())).await,
@@ -197,7 +197,7 @@ async fn wrong_device_contexts_and_regions(addr: IpAddr) {
                     }
                 }
             },
-            RdmaConnection::connect(target, &opts)
+            RdmaConnection::connect_with(target, &opts)
         )
     })
     .await;
@@ -245,7 +245,7 @@ async fn port_events() {
     let mut events = events().unwrap();
     assert_eq!(device.port_state(1).unwrap(), PortState::Active);
     let options = RStreamOptions::new().device(SECOND);
-    let listener = RListener::bind_with(SocketAddr::new([0, 0, 0, 0].into(), 0), options.clone())
+    let listener = RListener::bind_with(SocketAddr::new([0, 0, 0, 0].into(), 0), &options)
         .await
         .unwrap();
     let local = listener.local_addr().unwrap();

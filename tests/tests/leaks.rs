@@ -10,7 +10,7 @@ use rdma_async_device_tests::{assert_no_rdma_resources, guard, listener, rdma_re
 async fn dropped_connect_and_accept_futures_leak_nothing() {
     assert_no_rdma_resources("the test starts with no RDMA resources");
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     assert!(
         rdma_resources("cm_id").unwrap() >= 1,
         "the counter sees the listener's id"
@@ -25,7 +25,7 @@ async fn dropped_connect_and_accept_futures_leak_nothing() {
             let request = listener.accept_request().await?;
             Endpoint::accept(request, &opts).await
         };
-        let connect = Endpoint::connect(addr, &opts);
+        let connect = Endpoint::connect_with(addr, &opts);
         // Either side may win, finish, or be cut: all are fine, nothing may remain.
         let _ = tokio::time::timeout(cut, async { tokio::join!(accept, connect) }).await;
     }
@@ -49,7 +49,7 @@ async fn dropped_connect_and_accept_futures_leak_nothing() {
         }
     };
     let (server, client) = guard("final connection", async {
-        tokio::join!(server, Endpoint::connect(addr, &opts))
+        tokio::join!(server, Endpoint::connect_with(addr, &opts))
     })
     .await;
     let (server, client) = (server.unwrap(), client.unwrap());

@@ -93,7 +93,7 @@ async fn connection_lifecycle_is_traced_in_spans() {
         let listener = listener.clone();
         async move { listener.accept().await.map(|_| ()) }
     });
-    let rejected = Endpoint::connect(server_addr, &EndpointOptions::new()).await;
+    let rejected = Endpoint::connect_with(server_addr, &EndpointOptions::new()).await;
     assert!(rejected.is_err(), "a non-rsockets peer was accepted");
 
     let server_span = format!("rdma_conn{{peer={client_addr} local={server_addr} qp=");
@@ -152,7 +152,7 @@ async fn connection_lifecycle_is_traced_in_spans() {
     for _ in 0..FLOOD {
         let rejected = guard(
             "a rejected request",
-            Endpoint::connect(server_addr, &EndpointOptions::new()),
+            Endpoint::connect_with(server_addr, &EndpointOptions::new()),
         )
         .await;
         assert!(rejected.is_err(), "a non-rsockets peer was accepted");

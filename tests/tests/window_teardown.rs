@@ -31,7 +31,7 @@ async fn a_window_that_could_not_be_revoked_never_gives_its_region_back() {
     let (server, _client) = rdma_pair(&RdmaOptions::new()).await;
     let window = bound_window(&server).await;
     // Closed: the invalidation is refused before it is posted, so the key is not revoked.
-    server.disconnect().unwrap();
+    server.disconnect().await.unwrap();
     fail_next_teardown(Teardown::DeallocWindow, EBUSY);
     let err = guard("invalidate", server.invalidate_window(window))
         .await

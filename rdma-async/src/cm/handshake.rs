@@ -295,7 +295,7 @@ pub(crate) async fn accept<P, T>(
     build: impl FnOnce(&Arc<CmId>) -> io::Result<(P, Option<Vec<u8>>)>,
     finish: impl FnOnce(P, CmLink) -> io::Result<T>,
 ) -> io::Result<T> {
-    let peer = request.peer_addr();
+    let peer = request.peer();
     if let Err(e) = crate::device::verify_device(dial.device.as_ref(), request.id()) {
         let e = io::Error::new(e.kind(), format!("the request of {peer}: {e}"));
         reject_with_reason(request, &e);

@@ -12,6 +12,7 @@ use super::accept_failure::{AcceptFailure, caused_by_peer};
 use super::events::CmEvents;
 use super::handshake;
 use super::id_options::IdOptions;
+use super::listener_options::ListenerOptions;
 use super::peer_warnings::peer_warning;
 use super::request::ConnectRequest;
 use super::resolve::each_addr;
@@ -43,8 +44,9 @@ pub struct CmListener {
 }
 
 impl CmListener {
-    /// Binds to `addr` and listens, trying each resolved address in turn like
-    /// `TcpListener::bind`. Port 0 picks a free port (see [`Self::local_addr`]).
+    /// Binds to `addr` and listens with the default [`ListenerOptions`] (a backlog of 1024, any
+    /// device), trying each resolved address in turn like `TcpListener::bind`. Port 0 picks a
+    /// free port (see [`Self::local_addr`]).
     ///
     /// # Errors
     ///
@@ -55,69 +57,30 @@ impl CmListener {
     ///
     /// Cancel safe: dropping the future releases everything it created.
     pub async fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
-        Self::bind_with_backlog(addr, DEFAULT_BACKLOG).await
+        Self::bind_with(addr, &ListenerOptions::default()).await
     }
 
-    /// As [`Self::bind`], with the listen backlog.
+    /// As [`Self::bind`], with `options`: the listen backlog, the device to listen on and the
+    /// `rdma_set_option` options (see [`ListenerOptions`]).
     ///
     /// # Errors
     ///
-    /// As [`Self::bind`].
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn bind_with_backlog<A: ToSocketAddrs>(addr: A, backlog: i32) -> io::Result<Self> {
-        Self::bind_with(addr, backlog, &IdOptions::default()).await
-    }
-
-    /// As [`Self::bind`], with the listen backlog and `rdma_set_option` options: address reuse,
-    /// IPv6-only and type of service are set on the listening id; the ACK timeout is set on every
-    /// accepted id whose accepting type's options do not set one.
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::bind`]; the OS error of `rdma_set_option`.
+    /// As [`Self::bind`]; the OS error of `rdma_set_option`. With a device: `NotFound` for an
+    /// unknown device, port or GID index (naming those there are), `InvalidInput` when `addr`
+    /// is not an address of the choice, `AddrNotAvailable` when the port has no address of
+    /// `addr`'s family or rdma_cm bound another device.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
     pub async fn bind_with<A: ToSocketAddrs>(
         addr: A,
-        backlog: i32,
-        options: &IdOptions,
+        options: &ListenerOptions,
     ) -> io::Result<Self> {
-        each_addr(addr, |addr| {
-            std::future::ready(Self::bind_one(addr, backlog, options, None))
-        })
-        .await
+        Self::bind_choosing(addr, options.backlog, &options.id, options.device.as_ref()).await
     }
 
-    /// As [`Self::bind_with`], listening only on the chosen device (port, GID): a wildcard
-    /// `addr` (`0.0.0.0:port`, `[::]:port`) gives its port and family and the address comes
-    /// from the port's GID table; any other address must be one of the chosen GIDs'. See
-    /// [`DeviceChoice`] for how the address is picked.
-    ///
-    /// # Errors
-    ///
-    /// As [`Self::bind_with`]; `NotFound` for an unknown device, port or GID index (naming those
-    /// there are), `InvalidInput` when `addr` is not an address of the choice,
-    /// `AddrNotAvailable` when the port has no address of `addr`'s family or rdma_cm bound
-    /// another device.
-    ///
-    /// # Cancel safety
-    ///
-    /// Cancel safe.
-    pub async fn bind_on_device<A: ToSocketAddrs>(
-        addr: A,
-        backlog: i32,
-        options: &IdOptions,
-        device: &DeviceChoice,
-    ) -> io::Result<Self> {
-        Self::bind_choosing(addr, backlog, options, Some(device)).await
-    }
-
-    /// [`Self::bind_with`] or [`Self::bind_on_device`].
+    /// [`Self::bind_with`] with the options' parts (as a stream listener has them).
     pub(crate) async fn bind_choosing<A: ToSocketAddrs>(
         addr: A,
         backlog: i32,
@@ -160,8 +123,12 @@ impl CmListener {
     }
 
     /// The address the listener is bound to, with the port it got.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpListener::local_addr`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
     }
 
     /// Waits for the next connection request.

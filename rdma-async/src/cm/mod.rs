@@ -28,6 +28,7 @@ pub(crate) mod handshake;
 mod id_options;
 pub(crate) mod link;
 pub(crate) mod listener;
+mod listener_options;
 mod params;
 #[cfg(rdma_async_hooks)]
 mod parked;
@@ -46,6 +47,7 @@ pub(crate) use error::event_error;
 pub(crate) use events::CmEvents;
 pub use id_options::IdOptions;
 pub use listener::CmListener;
+pub use listener_options::ListenerOptions;
 pub use params::{
     ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_PRIVATE_DATA, MAX_REJECT_PRIVATE_DATA,
 };

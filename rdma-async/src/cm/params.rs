@@ -115,11 +115,6 @@ impl ConnParams {
         self
     }
 
-    /// The private data.
-    pub fn get_private_data(&self) -> &[u8] {
-        &self.private_data
-    }
-
     pub(crate) fn get_responder_resources(&self) -> u8 {
         self.responder_resources
     }

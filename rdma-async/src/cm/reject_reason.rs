@@ -96,7 +96,7 @@ pub(crate) fn decode(data: &[u8]) -> Option<(RejectCause, String)> {
 /// Rejects `request`, which could not be set up because of `err`, telling the peer why; logs
 /// it (the server's operator needs to know as much as the client).
 pub(crate) fn reject_with_reason(request: ConnectRequest, err: &io::Error) {
-    let peer = request.peer_addr();
+    let peer = request.peer();
     if caused_by_peer(err) {
         peer_warning!(%peer, error = %err, "could not set up an incoming connection; rejecting it with the reason");
     } else {
@@ -109,13 +109,13 @@ pub(crate) fn reject_with_reason(request: ConnectRequest, err: &io::Error) {
 /// address, or too much memory pinned by handshakes), telling the peer why. Logged as a peer's
 /// doing (limited), since peers can send such requests by the thousand.
 pub(crate) fn refuse(request: ConnectRequest, err: &io::Error) {
-    let peer = request.peer_addr();
+    let peer = request.peer();
     peer_warning!(%peer, error = %err, "connection request refused");
     send_reject(request, err);
 }
 
 fn send_reject(request: ConnectRequest, err: &io::Error) {
-    let peer = request.peer_addr();
+    let peer = request.peer();
     if let Err(e) = request.reject(&encode(err)) {
         tracing::debug!(%peer, error = %e, "rdma_reject failed");
     }

@@ -55,14 +55,27 @@ impl ConnectRequest {
         &self.private_data
     }
 
-    /// The address of the peer that asks to connect.
-    pub fn peer_addr(&self) -> SocketAddr {
+    /// The peer's address, for the crate's own messages.
+    pub(crate) fn peer(&self) -> SocketAddr {
         self.peer
     }
 
+    /// The address of the peer that asks to connect.
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.peer)
+    }
+
     /// The local address the request arrived on.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::local_addr`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.local)
     }
 
     /// Rejects the request; the peer's connect fails with `ConnectionRefused` and sees

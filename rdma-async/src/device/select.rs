@@ -17,7 +17,7 @@ use crate::verbs::{CmId, IdDevice};
 
 /// A device by name, optionally one of its ports and a GID index on that port: where a
 /// connection, listener or datagram socket goes through (`device(...)` on every options type,
-/// [`crate::cm::CmListener::bind_on_device`]).
+/// [`crate::cm::ListenerOptions::device`]).
 ///
 /// **How it picks the local address.** rdma_cm binds ids to IP addresses, so the choice names
 /// the IP address of a GID of the port (RoCE GIDs are the IP addresses of the port's netdev):

@@ -1,5 +1,7 @@
-//! Closing an [`Endpoint`]: the orderly disconnect that lets posted sends complete first, and
-//! waiting for the close.
+//! Closing an [`Endpoint`]: the orderly disconnect that lets posted sends complete first,
+//! closing, and waiting for the close. The shape is `RdmaConnection`'s: `disconnect(&self)` is
+//! async (an orderly close of the sending side, like `AsyncWriteExt::shutdown`), `close(self)`
+//! is async and returns once everything is released, and dropping disconnects at once.
 
 use std::io;
 
@@ -54,6 +56,19 @@ impl Endpoint {
             {
                 return;
             }
+        }
+    }
+
+    /// Disconnects in order ([`Self::disconnect`]), then frees the queue pair and the memory of
+    /// the endpoint. A failure to disconnect is not reported, as on drop: call
+    /// [`Self::disconnect`] first to see it.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: dropping the future drops the endpoint, which disconnects at once.
+    pub async fn close(self) {
+        if let Err(e) = self.disconnect().await {
+            tracing::debug!(error = %e, "disconnect failed while closing");
         }
     }
 

@@ -8,6 +8,7 @@
 //! This file holds the type and what it reports about itself; its setup, sending, receiving
 //! and closing are in the sibling files.
 
+use std::io;
 use std::net::SocketAddr;
 use std::time::Duration;
 
@@ -82,13 +83,21 @@ pub struct Endpoint {
 
 impl Endpoint {
     /// The peer's address.
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.link.peer_addr()
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.link.peer_addr())
     }
 
     /// The local address of the connection.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.link.local_addr()
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::local_addr`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.link.local_addr())
     }
 
     /// Private data the peer sent in the handshake (its accept, or its request), zero-padded by

@@ -96,7 +96,7 @@ impl Endpoint {
             return;
         }
         if !wc.status.is_success() {
-            let err = wc_error(wc, self.peer_addr(), false);
+            let err = wc_error(wc, self.link.peer_addr(), false);
             tracing::debug!(parent: self.link.span(), error = %err, "receive failed");
             self.recv.error().set(err);
             return;

@@ -125,7 +125,7 @@ impl Endpoint {
         }
         slots.order = order;
         if !wc.status.is_success() && !self.send.error().is_set() {
-            let err = wc_error(wc, self.peer_addr(), true);
+            let err = wc_error(wc, self.link.peer_addr(), true);
             tracing::debug!(parent: self.link.span(), error = %err, "send failed");
             self.send.error().set(err);
         }

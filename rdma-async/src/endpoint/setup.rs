@@ -77,17 +77,17 @@ fn build(id: &Arc<CmId>, opts: &EndpointOptions) -> io::Result<EndpointParts> {
 }
 
 impl Endpoint {
-    /// Connects to `addr`, trying each resolved address in turn and returning the last error,
-    /// like `TcpStream::connect`.
+    /// Connects to `addr` with the default options, trying each resolved address in turn and
+    /// returning the last error, like `TcpStream::connect`.
     ///
     /// # Examples
     ///
     /// ```no_run
-    /// use rdma_async::endpoint::{Endpoint, EndpointOptions};
+    /// use rdma_async::endpoint::Endpoint;
     ///
     /// #[tokio::main]
     /// async fn main() -> std::io::Result<()> {
-    ///     let endpoint = Endpoint::connect("10.77.0.1:7471", &EndpointOptions::new()).await?;
+    ///     let endpoint = Endpoint::connect("10.77.0.1:7471").await?;
     ///     // Each send arrives as one message.
     ///     endpoint.send(b"ping").await?;
     ///     let reply = endpoint.recv().await?;
@@ -108,7 +108,20 @@ impl Endpoint {
     ///
     /// Cancel safe: dropping the future releases the half-built connection (queue pair, memory,
     /// rdma_cm id); the peer sees the attempt fail.
-    pub async fn connect<A: ToSocketAddrs>(
+    pub async fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<Endpoint> {
+        Self::connect_with(addr, &EndpointOptions::default()).await
+    }
+
+    /// As [`Self::connect`], with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::connect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Self::connect`].
+    pub async fn connect_with<A: ToSocketAddrs>(
         addr: A,
         options: &EndpointOptions,
     ) -> io::Result<Endpoint> {

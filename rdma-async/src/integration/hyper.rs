@@ -70,8 +70,10 @@ impl RConnector {
     }
 
     /// A connector whose streams use `options`.
-    pub fn with_options(options: RStreamOptions) -> Self {
-        RConnector { options }
+    pub fn with_options(options: &RStreamOptions) -> Self {
+        RConnector {
+            options: options.clone(),
+        }
     }
 }
 

@@ -95,22 +95,26 @@ impl RListener {
     ///
     /// Cancel safe.
     pub async fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
-        Self::bind_with(addr, RStreamOptions::default()).await
+        Self::bind_with(addr, &RStreamOptions::default()).await
     }
 
     /// Binds to `addr` and listens; accepted streams use `options`. Their `id_options` apply as
     /// on [`CmListener::bind_with`]: address reuse, IPv6-only and type of service to the listening
     /// id, the ACK timeout to every accepted stream. With a `device` in the options, it listens
-    /// on that device only, as [`CmListener::bind_on_device`] (`addr` may then be a wildcard).
+    /// on that device only, as with [`ListenerOptions::device`](crate::cm::ListenerOptions::device)
+    /// (`addr` may then be a wildcard).
     ///
     /// # Errors
     ///
-    /// As [`CmListener::bind_with`] and, with a device, [`CmListener::bind_on_device`].
+    /// As [`CmListener::bind_with`].
     ///
     /// # Cancel safety
     ///
     /// Cancel safe.
-    pub async fn bind_with<A: ToSocketAddrs>(addr: A, options: RStreamOptions) -> io::Result<Self> {
+    pub async fn bind_with<A: ToSocketAddrs>(
+        addr: A,
+        options: &RStreamOptions,
+    ) -> io::Result<Self> {
         Ok(RListener {
             cm: Arc::new(
                 CmListener::bind_choosing(
@@ -125,12 +129,12 @@ impl RListener {
                 tasks: JoinSet::new(),
                 sources: HashMap::new(),
                 admission: Admission::new(
-                    pinned_bytes(&options),
+                    pinned_bytes(options),
                     binding_memlock_limit(),
                     options.handshakes_per_source,
                 ),
             }),
-            options,
+            options: options.clone(),
         })
     }
 
@@ -140,7 +144,7 @@ impl RListener {
     ///
     /// Never fails today; the `Result` mirrors `TcpListener::local_addr`.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        Ok(self.cm.local_addr())
+        self.cm.local_addr()
     }
 
     /// Waits for the next connection whose handshake has completed.
@@ -217,7 +221,7 @@ impl RListener {
                 },
                 request = self.cm.request(), if handshakes.tasks.len() < MAX_HANDSHAKES => {
                     let request = request?;
-                    let source = request.peer_addr().ip();
+                    let source = request.peer().ip();
                     if let Err(refusal) = handshakes.admission.admit(source) {
                         let _span = self.cm.span().enter();
                         refuse(request, &refusal.into_error());
@@ -225,7 +229,7 @@ impl RListener {
                     }
                     let options = self.options.clone();
                     let handshake = async move {
-                        let peer = request.peer_addr();
+                        let peer = request.peer();
                         match RStream::accept(request, &options).await {
                             Ok(stream) => Ok((stream, peer)),
                             Err(e) => Err((e, peer)),

@@ -241,7 +241,7 @@ impl RStream {
     ///
     /// Cancel safe: dropping the future releases everything created for the connection.
     pub async fn accept(request: ConnectRequest, options: &RStreamOptions) -> io::Result<RStream> {
-        let peer = request.peer_addr();
+        let peer = request.peer();
         let peer_data = request.private_data().to_vec();
         if let Err(e) = crate::proto::ConnData::decode(&peer_data) {
             let _ = request.reject(&[]);

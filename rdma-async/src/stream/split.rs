@@ -344,9 +344,3 @@ impl_async_read!(ReadHalf<'_>);
 impl_async_read!(OwnedReadHalf);
 impl_async_write!(WriteHalf<'_>);
 impl_async_write!(OwnedWriteHalf);
-
-impl AsRef<RStream> for RStream {
-    fn as_ref(&self) -> &RStream {
-        self
-    }
-}

@@ -62,13 +62,13 @@ async fn main() -> io::Result<()> {
 /// An `RdmaConnection` pair within this process: (server, client).
 async fn rdma_pair() -> io::Result<(RdmaConnection, RdmaConnection)> {
     let listener = CmListener::bind(SocketAddr::new(test_ip(), 0)).await?;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let opts = RdmaOptions::new();
     let server = async {
         let request = listener.accept_request().await?;
         RdmaConnection::accept(request, &opts).await
     };
-    let (server, client) = tokio::join!(server, RdmaConnection::connect(addr, &opts));
+    let (server, client) = tokio::join!(server, RdmaConnection::connect_with(addr, &opts));
     Ok((server?, client?))
 }
 
@@ -105,7 +105,7 @@ async fn serve_parked(ring: u32) -> io::Result<()> {
         .recv_buffer_size(ring)
         .accept_timeout(Duration::from_secs(3600));
     let listener =
-        RListener::bind_with(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0), options).await?;
+        RListener::bind_with(SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0), &options).await?;
     println!("listening {}", listener.local_addr()?.port());
     tokio::spawn(async move {
         // Requests this process could not set up are skipped: only the listener's end stops it.

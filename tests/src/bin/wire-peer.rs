@@ -244,7 +244,7 @@ async fn park(addr: SocketAddr, parked: usize, open: usize) -> io::Result<()> {
 
 async fn endpoint_echo(port: u16) -> io::Result<()> {
     let listener = CmListener::bind(SocketAddr::new(test_ip(), port)).await?;
-    ready(listener.local_addr());
+    ready(listener.local_addr().unwrap());
     loop {
         let request = listener.accept_request().await?;
         let ep = Endpoint::accept(request, &EndpointOptions::new()).await?;
@@ -260,7 +260,7 @@ async fn endpoint_echo(port: u16) -> io::Result<()> {
             .await;
             println!(
                 "endpoint from {}: {count} messages, {result:?}",
-                ep.peer_addr()
+                ep.peer_addr().unwrap()
             );
         });
     }
@@ -268,13 +268,13 @@ async fn endpoint_echo(port: u16) -> io::Result<()> {
 
 async fn rdma(port: u16, len: usize) -> io::Result<()> {
     let listener = CmListener::bind(SocketAddr::new(test_ip(), port)).await?;
-    ready(listener.local_addr());
+    ready(listener.local_addr().unwrap());
     loop {
         let request = listener.accept_request().await?;
         let conn = RdmaConnection::accept(request, &RdmaOptions::new()).await?;
         tokio::spawn(async move {
             let result = serve_rdma(&conn, len).await;
-            println!("rdma from {}: {result:?}", conn.peer_addr());
+            println!("rdma from {}: {result:?}", conn.peer_addr().unwrap());
         });
     }
 }

@@ -1,12 +1,12 @@
 //! Choosing the device, port and GID index on dial and bind (`device(...)` on the options,
-//! `CmListener::bind_on_device`), with the errors for unknown names and contradicting
+//! `CmListener::bind_with`), with the errors for unknown names and contradicting
 //! addresses. The second-device cases (a device other than the default one) are in
 //! `tests/tests/device_events.rs`, which adds that device.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 
-use rdma_async::cm::{CmListener, IdOptions};
+use rdma_async::cm::{CmListener, ListenerOptions};
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
 use rdma_async::device::{DeviceChoice, DeviceContext, devices};
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
@@ -54,9 +54,7 @@ async fn streams_listen_and_dial_by_device_name() {
     let device = device.as_str();
     let options = RStreamOptions::new().device(device);
     // A wildcard address with a device: the device's IPv4 address, the wildcard's port.
-    let listener = RListener::bind_with(any_v4(0), options.clone())
-        .await
-        .unwrap();
+    let listener = RListener::bind_with(any_v4(0), &options).await.unwrap();
     let addr = listener.local_addr().unwrap();
     assert_eq!(
         addr.ip(),
@@ -88,22 +86,26 @@ async fn endpoints_and_rdma_connections_dial_by_device_port_and_gid_index() {
     let v6 = gid_index_of(test_ip6());
     let choice = DeviceChoice::new(device).port(1).gid_index(v6);
     // A listener on the IPv6 GID, chosen by index; its address is that GID's.
-    let listener = CmListener::bind_on_device(any_v6(0), 16, &IdOptions::default(), &choice)
+    let listener = CmListener::bind_with(any_v6(0), &ListenerOptions::new().device(choice.clone()))
         .await
         .unwrap();
-    assert_eq!(listener.local_addr().ip(), test_ip6());
-    let addr = listener.local_addr();
+    assert_eq!(listener.local_addr().unwrap().ip(), test_ip6());
+    let addr = listener.local_addr().unwrap();
 
     let opts = EndpointOptions::new().device(choice.clone());
     let (server, client) = guard("endpoint by GID index", async {
         tokio::join!(
             async { Endpoint::accept(listener.accept_request().await?, &opts).await },
-            Endpoint::connect(addr, &opts)
+            Endpoint::connect_with(addr, &opts)
         )
     })
     .await;
     let (server, client) = (server.unwrap(), client.unwrap());
-    assert_eq!(client.local_addr().ip(), test_ip6(), "GID {v6}'s address");
+    assert_eq!(
+        client.local_addr().unwrap().ip(),
+        test_ip6(),
+        "GID {v6}'s address"
+    );
     client.send(b"gid").await.unwrap();
     assert_eq!(&guard("recv", server.recv()).await.unwrap()[..], b"gid");
 
@@ -111,12 +113,12 @@ async fn endpoints_and_rdma_connections_dial_by_device_port_and_gid_index() {
     let (server, client) = guard("RdmaConnection by GID index", async {
         tokio::join!(
             async { RdmaConnection::accept(listener.accept_request().await?, &opts).await },
-            RdmaConnection::connect(addr, &opts)
+            RdmaConnection::connect_with(addr, &opts)
         )
     })
     .await;
     let (server, client) = (server.unwrap(), client.unwrap());
-    assert_eq!(client.local_addr().ip(), test_ip6());
+    assert_eq!(client.local_addr().unwrap().ip(), test_ip6());
     assert_eq!(client.device_name(), device);
     assert_eq!(server.device_name(), device);
 
@@ -124,7 +126,7 @@ async fn endpoints_and_rdma_connections_dial_by_device_port_and_gid_index() {
     let v4 = gid_index_of(test_ip());
     let socket = RDatagram::bind_with(
         any_v4(0),
-        RDatagramOptions::new().device(DeviceChoice::new(device).gid_index(v4)),
+        &RDatagramOptions::new().device(DeviceChoice::new(device).gid_index(v4)),
     )
     .await
     .unwrap();
@@ -151,27 +153,27 @@ async fn an_unknown_device_port_or_gid_is_not_found_naming_what_exists() {
         device,
     );
     assert_not_found(
-        Endpoint::connect(target, &EndpointOptions::new().device(nope)).await,
+        Endpoint::connect_with(target, &EndpointOptions::new().device(nope)).await,
         nope,
         device,
     );
     assert_not_found(
-        RdmaConnection::connect(target, &RdmaOptions::new().device(nope)).await,
+        RdmaConnection::connect_with(target, &RdmaOptions::new().device(nope)).await,
         nope,
         device,
     );
     assert_not_found(
-        RListener::bind_with(any_v4(0), RStreamOptions::new().device(nope)).await,
+        RListener::bind_with(any_v4(0), &RStreamOptions::new().device(nope)).await,
         nope,
         device,
     );
     assert_not_found(
-        CmListener::bind_on_device(any_v4(0), 16, &IdOptions::default(), &nope.into()).await,
+        CmListener::bind_with(any_v4(0), &ListenerOptions::new().device(nope)).await,
         nope,
         device,
     );
     assert_not_found(
-        RDatagram::bind_with(any_v4(0), RDatagramOptions::new().device(nope)).await,
+        RDatagram::bind_with(any_v4(0), &RDatagramOptions::new().device(nope)).await,
         nope,
         device,
     );
@@ -179,7 +181,7 @@ async fn an_unknown_device_port_or_gid_is_not_found_naming_what_exists() {
     assert_not_found(
         RListener::bind_with(
             any_v4(0),
-            RStreamOptions::new().device(DeviceChoice::new(device).port(2)),
+            &RStreamOptions::new().device(DeviceChoice::new(device).port(2)),
         )
         .await,
         "no port 2",
@@ -215,12 +217,12 @@ async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
         );
     };
     check(
-        RListener::bind_with(test_addr(0), RStreamOptions::new().device(v6.clone()))
+        RListener::bind_with(test_addr(0), &RStreamOptions::new().device(v6.clone()))
             .await
             .map(drop),
     );
     check(
-        RDatagram::bind_with(test_addr(0), RDatagramOptions::new().device(v6.clone()))
+        RDatagram::bind_with(test_addr(0), &RDatagramOptions::new().device(v6.clone()))
             .await
             .map(drop),
     );
@@ -235,7 +237,7 @@ async fn a_bind_address_that_contradicts_the_chosen_gid_is_invalid_input() {
         .map(drop),
     );
     // An address that agrees with the device is kept.
-    let agreeing = RListener::bind_with(test_addr(0), RStreamOptions::new().device(device))
+    let agreeing = RListener::bind_with(test_addr(0), &RStreamOptions::new().device(device))
         .await
         .unwrap();
     assert_eq!(agreeing.local_addr().unwrap().ip(), test_ip());
@@ -259,21 +261,21 @@ async fn the_link_local_gid_is_bound_with_its_netdevs_scope() {
     };
     assert_eq!(link_local.segments()[0], 0xfe80, "{gid0:?}");
     let choice = DeviceChoice::new(device).gid_index(0);
-    let listener = CmListener::bind_on_device(any_v6(0), 16, &IdOptions::default(), &choice)
+    let listener = CmListener::bind_with(any_v6(0), &ListenerOptions::new().device(choice.clone()))
         .await
         .unwrap();
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     assert_eq!(addr.ip(), IpAddr::V6(link_local));
     let opts = EndpointOptions::new().device(choice);
     let (server, client) = guard("endpoint over the link-local GID", async {
         tokio::join!(
             async { Endpoint::accept(listener.accept_request().await?, &opts).await },
-            Endpoint::connect(addr, &opts)
+            Endpoint::connect_with(addr, &opts)
         )
     })
     .await;
     let (server, client) = (server.unwrap(), client.unwrap());
-    assert_eq!(client.local_addr().ip(), IpAddr::V6(link_local));
+    assert_eq!(client.local_addr().unwrap().ip(), IpAddr::V6(link_local));
     client.send(b"fe80").await.unwrap();
     assert_eq!(&guard("recv", server.recv()).await.unwrap()[..], b"fe80");
 }

@@ -15,7 +15,7 @@ use rdma_async_device_tests::{
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connect_accept_echo() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     assert_eq!(addr.ip(), test_ip());
     assert_ne!(addr.port(), 0, "an ephemeral port was assigned");
     let server = tokio::spawn(async move {
@@ -26,19 +26,22 @@ async fn connect_accept_echo() {
             ep.send(&msg).await?;
         }
         ep.closed().await?;
-        io::Result::Ok(ep.peer_addr())
+        ep.peer_addr()
     });
-    let client = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
-        .await
-        .unwrap();
-    assert_eq!(client.peer_addr(), addr);
+    let client = guard(
+        "connect",
+        Endpoint::connect_with(addr, &EndpointOptions::new()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(client.peer_addr().unwrap(), addr);
     for (i, size) in [0usize, 1, 4096].into_iter().enumerate() {
         let msg: Vec<u8> = (0..size).map(|b| (b as u8).wrapping_add(i as u8)).collect();
         client.send(&msg).await.unwrap();
         let back = guard("echo", client.recv()).await.unwrap();
         assert_eq!(&back[..], &msg[..], "echo of {size} bytes");
     }
-    let local = client.local_addr();
+    let local = client.local_addr().unwrap();
     guard("disconnect", client.disconnect()).await.unwrap();
     let seen_peer = guard("server", server).await.unwrap().unwrap();
     assert_eq!(seen_peer, local, "the server saw the client's address");
@@ -49,7 +52,7 @@ async fn ipv6_connect_and_echo() {
     let listener = rdma_async::cm::CmListener::bind(test_addr6(0))
         .await
         .unwrap();
-    assert!(listener.local_addr().is_ipv6());
+    assert!(listener.local_addr().unwrap().is_ipv6());
     let opts = EndpointOptions::new();
     let (ep, client) = endpoint_pair_on(&listener, &opts, &opts).await;
     let server = tokio::spawn(async move {
@@ -70,7 +73,7 @@ async fn ipv6_connect_and_echo() {
 async fn twenty_concurrent_connections() {
     const N: usize = 20;
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         let mut sessions = Vec::new();
         for _ in 0..N {
@@ -90,7 +93,7 @@ async fn twenty_concurrent_connections() {
     let clients: Vec<_> = (0..N)
         .map(|i| {
             tokio::spawn(async move {
-                let ep = Endpoint::connect(addr, &EndpointOptions::new()).await?;
+                let ep = Endpoint::connect_with(addr, &EndpointOptions::new()).await?;
                 let msg = format!("client {i}").into_bytes();
                 ep.send(&msg).await?;
                 let back = ep.recv().await?;
@@ -108,7 +111,7 @@ async fn twenty_concurrent_connections() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn private_data_both_ways_at_maximum_size() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let request_data: Vec<u8> = (1..=MAX_CONNECT_PRIVATE_DATA as u8).collect();
     let accept_data: Vec<u8> = (0..MAX_ACCEPT_PRIVATE_DATA)
         .map(|i| 255 - i as u8)
@@ -124,7 +127,7 @@ async fn private_data_both_ways_at_maximum_size() {
         ep.closed().await
     });
     let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(request_data));
-    let client = guard("connect", Endpoint::connect(addr, &opts))
+    let client = guard("connect", Endpoint::connect_with(addr, &opts))
         .await
         .unwrap();
     assert_eq!(client.peer_private_data(), &accept_data[..]);
@@ -134,7 +137,7 @@ async fn private_data_both_ways_at_maximum_size() {
     // One byte more than fits is refused before anything is sent.
     let too_long = ConnParams::new().private_data(vec![0; MAX_CONNECT_PRIVATE_DATA + 1]);
     let (kind, msg) =
-        err_kind(Endpoint::connect(addr, &EndpointOptions::new().conn_params(too_long)).await);
+        err_kind(Endpoint::connect_with(addr, &EndpointOptions::new().conn_params(too_long)).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
     assert!(msg.contains("private data"), "{msg}");
 }
@@ -142,7 +145,7 @@ async fn private_data_both_ways_at_maximum_size() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_private_data_arrives_as_a_prefix() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         let request = listener.accept_request().await?;
         let data = request.private_data().to_vec();
@@ -150,7 +153,7 @@ async fn short_private_data_arrives_as_a_prefix() {
         io::Result::Ok(data)
     });
     let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(*b"hello"));
-    let _ = Endpoint::connect(addr, &opts).await;
+    let _ = Endpoint::connect_with(addr, &opts).await;
     let seen = guard("server", server).await.unwrap().unwrap();
     assert!(seen.starts_with(b"hello"), "{seen:?}");
     assert!(
@@ -162,12 +165,16 @@ async fn short_private_data_arrives_as_a_prefix() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rejection_carries_private_data() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         let request = listener.accept_request().await?;
         request.reject(b"go away: server full")
     });
-    let result = guard("connect", Endpoint::connect(addr, &EndpointOptions::new())).await;
+    let result = guard(
+        "connect",
+        Endpoint::connect_with(addr, &EndpointOptions::new()),
+    )
+    .await;
     let err = result.expect_err("a rejected connect fails");
     assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
     let cm = err
@@ -187,10 +194,13 @@ async fn rejection_carries_private_data() {
 #[rdma_async::test]
 async fn nothing_listening_is_connection_refused() {
     // Bind and drop a listener to find a port where nothing listens now.
-    let addr = test_addr(listener().await.local_addr().port());
-    let err = guard("connect", Endpoint::connect(addr, &EndpointOptions::new()))
-        .await
-        .unwrap_err();
+    let addr = test_addr(listener().await.local_addr().unwrap().port());
+    let err = guard(
+        "connect",
+        Endpoint::connect_with(addr, &EndpointOptions::new()),
+    )
+    .await
+    .unwrap_err();
     assert_eq!(err.kind(), io::ErrorKind::ConnectionRefused, "{err}");
     assert!(err.to_string().contains("nothing listens"), "{err}");
 }
@@ -211,7 +221,7 @@ async fn unanswered_peer_fails_within_the_connect_timeout() {
         .connect_timeout(Duration::from_secs(2));
     let result = guard(
         "connect",
-        Endpoint::connect(SocketAddr::new(silent, 7471), &opts),
+        Endpoint::connect_with(SocketAddr::new(silent, 7471), &opts),
     )
     .await;
     let (kind, msg) = err_kind(result);
@@ -234,7 +244,7 @@ async fn unroutable_address_fails_within_the_timeout() {
     let opts = EndpointOptions::new()
         .resolve_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_secs(5));
-    let result = guard("connect", Endpoint::connect("192.0.2.1:7471", &opts)).await;
+    let result = guard("connect", Endpoint::connect_with("192.0.2.1:7471", &opts)).await;
     let (kind, msg) = err_kind(result);
     assert!(
         matches!(
@@ -250,7 +260,7 @@ async fn unroutable_address_fails_within_the_timeout() {
 
 #[rdma_async::test]
 async fn unresolvable_name_is_a_clear_error() {
-    let result = Endpoint::connect("no-such-host.invalid:7471", &EndpointOptions::new()).await;
+    let result = Endpoint::connect_with("no-such-host.invalid:7471", &EndpointOptions::new()).await;
     let (_, msg) = err_kind(result);
     assert!(msg.contains("cannot resolve"), "{msg}");
 }

@@ -87,7 +87,8 @@ async fn an_explicit_context_isolates_its_connections_and_regions() {
     let mixed = RdmaOptions::new()
         .context(private.clone())
         .shared_receive_queue(&srq);
-    let (kind, msg) = err_kind(RdmaConnection::connect(listener.local_addr(), &mixed).await);
+    let (kind, msg) =
+        err_kind(RdmaConnection::connect_with(listener.local_addr().unwrap(), &mixed).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
     assert!(msg.contains("shared receive queue"), "{msg}");
 }

@@ -100,7 +100,7 @@ async fn oversize_datagram_is_refused_before_sending() {
     );
     // max_datagram above the MTU is refused at bind time.
     let opts = RDatagramOptions::new().max_datagram(client.max_datagram() + 1);
-    let (kind, msg) = err_kind(RDatagram::bind_with(test_addr(0), opts).await);
+    let (kind, msg) = err_kind(RDatagram::bind_with(test_addr(0), &opts).await);
     assert_eq!(kind, io::ErrorKind::InvalidInput, "{msg}");
 }
 
@@ -300,7 +300,7 @@ async fn numbered_receiver(
 async fn four_senders_thousand_datagrams_attributed_and_drops_counted() {
     const SENDERS: u8 = 4;
     const PER_SENDER: u32 = 250;
-    let receiver = RDatagram::bind_with(test_addr(0), RDatagramOptions::new().recv_depth(64))
+    let receiver = RDatagram::bind_with(test_addr(0), &RDatagramOptions::new().recv_depth(64))
         .await
         .unwrap();
     let to = receiver.local_addr().unwrap();
@@ -339,7 +339,7 @@ async fn four_senders_thousand_datagrams_attributed_and_drops_counted() {
 async fn datagrams_beyond_the_receive_depth_are_dropped_and_counted() {
     const DEPTH: u32 = 8;
     const COUNT: u32 = 100;
-    let receiver = RDatagram::bind_with(test_addr(0), RDatagramOptions::new().recv_depth(DEPTH))
+    let receiver = RDatagram::bind_with(test_addr(0), &RDatagramOptions::new().recv_depth(DEPTH))
         .await
         .unwrap();
     let to = receiver.local_addr().unwrap();

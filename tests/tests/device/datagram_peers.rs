@@ -59,7 +59,7 @@ async fn five_thousand_senders_stay_within_max_peers() {
     const SENDERS: u16 = 5000;
     const CLIENTS: u16 = 25;
     let server = Arc::new(
-        RDatagram::bind_with(SocketAddr::new(test_ip(), 0), RDatagramOptions::new())
+        RDatagram::bind_with(SocketAddr::new(test_ip(), 0), &RDatagramOptions::new())
             .await
             .unwrap(),
     );

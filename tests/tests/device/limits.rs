@@ -196,7 +196,7 @@ async fn accept_stream(listener: &CmListener, exhausted: Option<Resource>) -> io
 #[rdma_async::test]
 async fn a_server_out_of_a_resource_rejects_with_the_reason_and_keeps_serving() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let (server, client) = guard("connect", async {
         tokio::join!(accept_stream(&listener, None), RStream::connect(addr))
     })
@@ -267,7 +267,7 @@ async fn a_server_out_of_a_resource_rejects_with_the_reason_and_keeps_serving() 
 #[rdma_async::test]
 async fn an_rdma_server_out_of_queue_pairs_rejects_with_the_reason() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let opts = RdmaOptions::new();
     let server = async {
         let request = listener.accept_request().await?;
@@ -275,7 +275,7 @@ async fn an_rdma_server_out_of_queue_pairs_rejects_with_the_reason() {
         RdmaConnection::accept(request, &opts).await
     };
     let (server, client) = guard("a refused connect", async {
-        tokio::join!(server, RdmaConnection::connect(addr, &opts))
+        tokio::join!(server, RdmaConnection::connect_with(addr, &opts))
     })
     .await;
     let err = server.expect_err("the accept fails");

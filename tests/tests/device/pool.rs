@@ -125,7 +125,7 @@ async fn endpoint_pair_with_pool(
 ) {
     use rdma_async::endpoint::{Endpoint, EndpointOptions};
     let listener = rdma_async_device_tests::listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let plain = EndpointOptions::new().recv_depth(4).max_message_size(4096);
     let pooled = plain.clone().recv_pool(pool.clone());
     let server = async {
@@ -133,7 +133,7 @@ async fn endpoint_pair_with_pool(
         Endpoint::accept(request, &pooled).await
     };
     let (server, client) = guard("connect endpoints", async {
-        tokio::join!(server, Endpoint::connect(addr, &plain))
+        tokio::join!(server, Endpoint::connect_with(addr, &plain))
     })
     .await;
     (server.unwrap(), client.unwrap())

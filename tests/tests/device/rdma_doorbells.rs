@@ -186,7 +186,7 @@ async fn writes_left_for_a_doorbell_when_the_connection_closes_end_flushed() {
     let writers = spawn_writers(&client, remote, 0..TASKS, 1);
     let closer = {
         let client = client.clone();
-        tokio::spawn(async move { client.disconnect() })
+        tokio::spawn(async move { client.disconnect().await })
     };
     let ended = join_all("writes", writers).await;
     closer.await.unwrap().unwrap();

@@ -4,7 +4,7 @@
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr};
 
-use rdma_async::cm::{CmListener, IdOptions};
+use rdma_async::cm::{CmListener, IdOptions, ListenerOptions};
 use rdma_async::device::{AtomicCapability, devices};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, SharedReceiveQueue};
 use rdma_async_device_tests::pairs::rdma_pair_on;
@@ -66,9 +66,12 @@ async fn ping(server: &RdmaConnection, client: &RdmaConnection) {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn id_options_on_dial_and_listen() {
     let listen_opts = IdOptions::new().reuse_address(true).type_of_service(32);
-    let listener = CmListener::bind_with(test_addr(0), 16, &listen_opts)
-        .await
-        .unwrap();
+    let listener = CmListener::bind_with(
+        test_addr(0),
+        &ListenerOptions::new().id_options(listen_opts),
+    )
+    .await
+    .unwrap();
     let opts = RdmaOptions::new().id_options(
         IdOptions::new()
             .type_of_service(32)
@@ -81,24 +84,23 @@ async fn id_options_on_dial_and_listen() {
     // IPv6-only: a wildcard IPv6 listener then takes IPv6 connections and refuses IPv4 ones.
     let v6only = CmListener::bind_with(
         SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
-        16,
-        &IdOptions::new().ipv6_only(true),
+        &ListenerOptions::new().id_options(IdOptions::new().ipv6_only(true)),
     )
     .await
     .unwrap();
-    let port = v6only.local_addr().port();
+    let port = v6only.local_addr().unwrap().port();
     let plain = RdmaOptions::new();
     let (server, client) = guard("IPv6 connect", async {
         tokio::join!(
             async { RdmaConnection::accept(v6only.accept_request().await?, &plain).await },
-            RdmaConnection::connect(test_addr6(port), &plain)
+            RdmaConnection::connect_with(test_addr6(port), &plain)
         )
     })
     .await;
     ping(&server.unwrap(), &client.unwrap()).await;
     let refused = guard(
         "IPv4 connect to an IPv6-only listener",
-        RdmaConnection::connect(test_addr(port), &plain),
+        RdmaConnection::connect_with(test_addr(port), &plain),
     )
     .await;
     assert_eq!(err_kind(refused).0, io::ErrorKind::ConnectionRefused);

@@ -43,7 +43,7 @@ async fn finite_rnr_retry_fails_the_send_with_an_error_that_says_so() {
         "the error names the RNR condition: {text}"
     );
     assert!(
-        text.contains(&server.local_addr().to_string()),
+        text.contains(&server.local_addr().unwrap().to_string()),
         "the error names the peer: {text}"
     );
     // The connection is now in the error state: the next operation reports it too.

@@ -26,7 +26,7 @@ fn ping_lines(text: &str, prefix: &str) -> Vec<String> {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_server_with_the_c_client() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server_args = args(&format!("-s -V -S {SIZE}"));
     let server = tokio::spawn(async move { serve_listener(&server_args, listener).await });
     let child = spawn_tool(

@@ -6,7 +6,7 @@
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr};
 
-use rdma_async::cm::{CmListener, IdOptions};
+use rdma_async::cm::{CmListener, IdOptions, ListenerOptions};
 use rdma_async::datagram::{RDatagram, RDatagramOptions};
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
@@ -26,15 +26,18 @@ fn ack_timeout(exponent: u8) -> IdOptions {
 }
 
 async fn cm_listener(options: &IdOptions) -> CmListener {
-    CmListener::bind_with(SocketAddr::new(test_ip(), 0), 16, options)
-        .await
-        .expect("bind a listener on the RDMA test address")
+    CmListener::bind_with(
+        SocketAddr::new(test_ip(), 0),
+        &ListenerOptions::new().id_options(options.clone()),
+    )
+    .await
+    .expect("bind a listener on the RDMA test address")
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rlistener_ack_timeout_reaches_accepted_streams() {
     let server_opts = RStreamOptions::new().id_options(ack_timeout(ACK_TIMEOUT));
-    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), server_opts)
+    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), &server_opts)
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();
@@ -57,7 +60,7 @@ async fn rlistener_ipv6_only_refuses_ipv4() {
     let server_opts = RStreamOptions::new().id_options(IdOptions::new().ipv6_only(true));
     let listener = RListener::bind_with(
         SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), 0),
-        server_opts,
+        &server_opts,
     )
     .await
     .unwrap();
@@ -122,7 +125,7 @@ async fn rdatagram_type_of_service_reaches_its_routes() {
     const TOS: u8 = 32;
     let bind = SocketAddr::new(test_ip(), 0);
     let server_opts = RDatagramOptions::new().id_options(IdOptions::new().type_of_service(TOS));
-    let server = RDatagram::bind_with(bind, server_opts).await.unwrap();
+    let server = RDatagram::bind_with(bind, &server_opts).await.unwrap();
     let client = RDatagram::bind(bind).await.unwrap();
     let (server_addr, client_addr) = (server.local_addr().unwrap(), client.local_addr().unwrap());
     let got = guard(

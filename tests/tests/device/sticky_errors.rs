@@ -20,14 +20,14 @@ where
     T: Send + 'static,
 {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server = tokio::spawn(async move {
         let request = listener.accept_request().await?;
         let opts = EndpointOptions::new().max_message_size(64);
         serve(Endpoint::accept(request, &opts).await?).await
     });
     let opts = EndpointOptions::new().max_message_size(4096);
-    let client = guard("connect", Endpoint::connect(addr, &opts))
+    let client = guard("connect", Endpoint::connect_with(addr, &opts))
         .await
         .unwrap();
     // Posted: the failure shows in a later send, once its completion arrived.

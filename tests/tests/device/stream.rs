@@ -279,7 +279,7 @@ async fn invalid_connection_data_is_rejected_and_the_listener_goes_on() {
         ("no data", Vec::new()),
     ] {
         let opts = EndpointOptions::new().conn_params(ConnParams::new().private_data(data));
-        let err = guard("bad connect", Endpoint::connect(addr, &opts))
+        let err = guard("bad connect", Endpoint::connect_with(addr, &opts))
             .await
             .expect_err(what);
         assert_eq!(

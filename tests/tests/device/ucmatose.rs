@@ -22,7 +22,7 @@ async fn our_client_with_c_server() {
     );
     let addr = test_addr(port);
     let opts = EndpointOptions::new();
-    let ep = connect_when_listening(|| Endpoint::connect(addr, &opts)).await;
+    let ep = connect_when_listening(|| Endpoint::connect_with(addr, &opts)).await;
     for _ in 0..COUNT {
         let msg = guard("recv from ucmatose", ep.recv()).await.unwrap();
         assert_eq!(msg.len(), SIZE);
@@ -37,7 +37,7 @@ async fn our_client_with_c_server() {
 #[rdma_async::test]
 async fn c_client_with_our_server() {
     let listener = listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let child = spawn_tool(
         "ucmatose",
         &argv!["-s", addr.ip(), "-p", addr.port(), "-C", COUNT, "-S", SIZE],

@@ -49,7 +49,7 @@ async fn write_then_go(how: &str, bytes: usize, seed: u64) -> Outcome {
     // update of the reader's) finds the writer's queue pair gone; without one the reader would
     // wait, as a TCP reader without keepalive waits for a host that vanished.
     let keepalive = RStreamOptions::new().keepalive(Duration::from_secs(1));
-    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), keepalive)
+    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), &keepalive)
         .await
         .unwrap();
     let addr = listener.local_addr().unwrap();

@@ -34,7 +34,7 @@ async fn a_listener_serves_its_own_node_while_its_remote_clients_vanish() {
         .recv_buffer_size(8192)
         .accept_timeout(accept_timeout)
         .keepalive(Duration::from_secs(1));
-    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), options.clone())
+    let listener = RListener::bind_with(SocketAddr::new(test_ip(), 0), &options)
         .await
         .expect("bind on node 1");
     let addr = listener.local_addr().unwrap();

@@ -63,9 +63,10 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     let (conn, remote) = rdma_client(SocketAddr::new(peer, port + 1)).await;
     // A second connection to the region server, idle but for its keepalive.
     let rdma_ka = RdmaOptions::new().keepalive(Duration::from_secs(1));
-    let idle =
-        connect_retrying(|| RdmaConnection::connect(SocketAddr::new(peer, port + 1), &rdma_ka))
-            .await;
+    let idle = connect_retrying(|| {
+        RdmaConnection::connect_with(SocketAddr::new(peer, port + 1), &rdma_ka)
+    })
+    .await;
     // The server's region descriptor, so nothing more is due on this connection.
     let (descriptor, _) = guard_within(
         VANISHED,
@@ -82,7 +83,7 @@ async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_
     .await;
     let ep_addr = SocketAddr::new(peer, port + 2);
     let ep_opts = EndpointOptions::new().keepalive(Duration::from_secs(1));
-    let endpoint = connect_retrying(|| Endpoint::connect(ep_addr, &ep_opts)).await;
+    let endpoint = connect_retrying(|| Endpoint::connect_with(ep_addr, &ep_opts)).await;
     // 64 KiB writes, half the 128 KiB ring: each one is signaled. The echo peer stops reading
     // once nobody reads its echo.
     guard_within(

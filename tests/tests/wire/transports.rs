@@ -71,8 +71,8 @@ async fn endpoint_messages_echo() {
     .await;
     let addr = SocketAddr::new(peer, 7602);
     let opts = EndpointOptions::new();
-    let ep = connect_retrying(|| Endpoint::connect(addr, &opts)).await;
-    assert_eq!(ep.peer_addr(), addr);
+    let ep = connect_retrying(|| Endpoint::connect_with(addr, &opts)).await;
+    assert_eq!(ep.peer_addr().unwrap(), addr);
     let max = ep.max_message_size();
     let sizes = [1usize, 2, 64, 1000, 1024, 1025, max - 1, max];
     for (i, &n) in sizes.iter().enumerate() {
@@ -403,7 +403,7 @@ fn rping_args(line: &str) -> rping_example::Args {
 async fn c_rping_client_across_the_wire_with_our_server() {
     let Some(_peer) = peer_ip() else { return };
     let listener = rdma_async_device_tests::listener().await;
-    let addr = listener.local_addr();
+    let addr = listener.local_addr().unwrap();
     let server_args = rping_args(&format!("-s -V -S {PING_SIZE}"));
     let server =
         tokio::spawn(async move { rping_example::serve_listener(&server_args, listener).await });

@@ -106,7 +106,7 @@ impl RDatagram {
     ///
     /// Cancel safe: dropping the future releases everything it created.
     pub async fn bind<A: ToSocketAddrs>(addr: A) -> io::Result<RDatagram> {
-        Self::bind_with(addr, RDatagramOptions::new()).await
+        Self::bind_with(addr, &RDatagramOptions::new()).await
     }
 
     /// As [`Self::bind`], with options.
@@ -120,10 +120,10 @@ impl RDatagram {
     /// Cancel safe.
     pub async fn bind_with<A: ToSocketAddrs>(
         addr: A,
-        options: RDatagramOptions,
+        options: &RDatagramOptions,
     ) -> io::Result<RDatagram> {
         each_addr(addr, |addr| {
-            std::future::ready(Self::bind_one(addr, &options))
+            std::future::ready(Self::bind_one(addr, options))
         })
         .await
     }

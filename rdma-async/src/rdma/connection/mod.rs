@@ -2,6 +2,7 @@
 //! atomics on caller-owned registered memory. This file holds the type and what it reports
 //! about itself; its setup, memory, operations and teardown are in the sibling files.
 
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -34,7 +35,7 @@ mod setup;
 /// use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
 ///
 /// # async fn demo() -> std::io::Result<()> {
-/// let conn = RdmaConnection::connect("10.77.0.1:7471", &RdmaOptions::new()).await?;
+/// let conn = RdmaConnection::connect("10.77.0.1:7471").await?;
 /// // The peer advertised a region in a message: receive it.
 /// let (got, msg) = conn.recv(conn.reg_msgs(64)?, ..).await;
 /// let remote = RemoteRegion::from_bytes(&msg[..got?.len()])?;
@@ -83,13 +84,21 @@ pub struct RdmaConnection {
 
 impl RdmaConnection {
     /// The peer's address.
-    pub fn peer_addr(&self) -> SocketAddr {
-        self.shared.link.peer_addr()
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::peer_addr`.
+    pub fn peer_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.shared.link.peer_addr())
     }
 
     /// The local address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.shared.link.local_addr()
+    ///
+    /// # Errors
+    ///
+    /// Never fails today; the `Result` mirrors `TcpStream::local_addr`.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        Ok(self.shared.link.local_addr())
     }
 
     /// The private data the peer sent in the handshake (zero-padded on IB/RoCE).

@@ -34,7 +34,7 @@ impl RdmaConnection {
     ///
     /// #[tokio::main]
     /// async fn main() -> std::io::Result<()> {
-    ///     let conn = RdmaConnection::connect("10.77.0.1:7471", &RdmaOptions::new()).await?;
+    ///     let conn = RdmaConnection::connect("10.77.0.1:7471").await?;
     ///     // The peer sends a region it registered with `reg_write`, encoded by `to_bytes`.
     ///     let (got, msg) = conn.recv(conn.reg_msgs(RemoteRegion::ENCODED_LEN)?, ..).await;
     ///     let remote = RemoteRegion::from_bytes(&msg[..got?.len()])?;
@@ -170,7 +170,7 @@ impl RdmaConnection {
     ///
     /// #[tokio::main]
     /// async fn main() -> std::io::Result<()> {
-    ///     let conn = RdmaConnection::connect("10.77.0.1:7471", &RdmaOptions::new()).await?;
+    ///     let conn = RdmaConnection::connect("10.77.0.1:7471").await?;
     ///     // The peer sends a region it registered with `reg_read`, encoded by `to_bytes`.
     ///     let (got, msg) = conn.recv(conn.reg_msgs(RemoteRegion::ENCODED_LEN)?, ..).await;
     ///     let remote = RemoteRegion::from_bytes(&msg[..got?.len()])?;

@@ -185,7 +185,7 @@ impl RdmaConnection {
                 ),
             );
         }
-        let err = wc_error(wc, self.peer_addr(), op.sending());
+        let err = wc_error(wc, self.shared.link.peer_addr(), op.sending());
         completion_error(err.kind(), wc, format!("{what} failed: {err}"))
     }
 

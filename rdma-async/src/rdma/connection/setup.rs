@@ -118,7 +118,8 @@ async fn keepalive(shared: std::sync::Weak<ConnShared>, interval: Duration) {
 }
 
 impl RdmaConnection {
-    /// Connects to `addr`, trying each resolved address in turn like `TcpStream::connect`.
+    /// Connects to `addr` with the default options, trying each resolved address in turn like
+    /// `TcpStream::connect`.
     ///
     /// # Errors
     ///
@@ -130,7 +131,23 @@ impl RdmaConnection {
     /// # Cancel safety
     ///
     /// Cancel safe: dropping the future releases the half-built connection.
-    pub async fn connect<A: ToSocketAddrs>(addr: A, options: &RdmaOptions) -> io::Result<Self> {
+    pub async fn connect<A: ToSocketAddrs>(addr: A) -> io::Result<Self> {
+        Self::connect_with(addr, &RdmaOptions::default()).await
+    }
+
+    /// As [`Self::connect`], with `options`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::connect`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Self::connect`].
+    pub async fn connect_with<A: ToSocketAddrs>(
+        addr: A,
+        options: &RdmaOptions,
+    ) -> io::Result<Self> {
         dialing::connect(addr, options, build, Self::assemble).await
     }
 
