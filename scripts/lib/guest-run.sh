@@ -94,3 +94,19 @@ wait_listening() {
     echo "$script_name: nothing listens on port $port" >&2
     return 1
 }
+
+# c_polling_off DIR: C rsockets' busy-polling off (/etc/rdma/rsocket/polling_time = 0) until
+# the script exits, when the setting is put back (a copy is kept in DIR). The guest sees the
+# host's /etc (read-only): the setting is written here, before the guest boots.
+c_polling_off() {
+    local dir=$1 conf=/etc/rdma/rsocket/polling_time
+    if [[ -e $conf ]]; then
+        cp -p -- "$conf" "$dir/polling_time.saved"
+        # shellcheck disable=SC2064 # the paths are fixed now
+        trap "cp -p -- '$dir/polling_time.saved' '$conf'" EXIT
+    else
+        trap "rm -f -- '$conf'" EXIT
+    fi
+    mkdir -p -- "$(dirname -- "$conf")"
+    echo 0 >"$conf"
+}

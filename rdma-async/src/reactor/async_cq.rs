@@ -22,7 +22,7 @@ use tokio::task::coop;
 
 use super::arm_state::{ArmState, Claim};
 use super::spin_policy::SpinPolicy;
-use super::yield_policy::{WaitYields, YieldPolicy};
+use super::yield_policy::{WaitYields, YieldPolicy, note_look};
 use crate::reactor::FdWaiter;
 use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion};
 
@@ -155,7 +155,14 @@ impl AsyncCq {
         &self,
         batch: &'b mut CompletionBatch<N>,
     ) -> io::Result<&'b [WorkCompletion]> {
+        self.note_look();
         self.cq.poll_batch(batch)
+    }
+
+    /// Notes on the thread that this queue's owner runs ([`note_look`]).
+    #[inline]
+    fn note_look(&self) {
+        note_look(std::ptr::from_ref(self).addr());
     }
 
     /// Busy-poll windows ended early because a thread waited for the caller's lock.
@@ -188,6 +195,7 @@ impl AsyncCq {
         out: &mut CompletionBatch<N>,
         hints: WaitHints<'_>,
     ) -> Poll<io::Result<usize>> {
+        self.note_look();
         // Out of budget, Tokio wakes the context's waker: the task's own, when the caller
         // gave it (a `before_sleep` registration has not run yet).
         let coop = match hints.task {
