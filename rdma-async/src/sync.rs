@@ -6,10 +6,10 @@
 //! `Arc` stays std's: the types hand themselves to `Waker::from`, which takes only std's.
 
 #[cfg(all(test, rdma_async_loom))]
-pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU64};
+pub(crate) use loom::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 #[cfg(all(test, rdma_async_loom))]
 pub(crate) use loom::sync::{Mutex, MutexGuard};
 #[cfg(not(all(test, rdma_async_loom)))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 #[cfg(not(all(test, rdma_async_loom)))]
 pub(crate) use std::sync::{Mutex, MutexGuard};

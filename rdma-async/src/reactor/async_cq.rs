@@ -14,7 +14,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
@@ -24,6 +24,7 @@ use super::arm_state::{ArmState, Claim};
 use super::spin_policy::SpinPolicy;
 use super::yield_policy::{WaitYields, YieldPolicy, note_look};
 use crate::reactor::FdWaiter;
+use crate::sync::AtomicU32;
 use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion};
 
 /// What a caller of [`AsyncCq::poll_completions`] knows that saves work.

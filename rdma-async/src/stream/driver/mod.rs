@@ -24,6 +24,7 @@
 
 mod close;
 mod completions;
+mod counted_lock;
 mod device;
 #[cfg(any(test, rdma_async_fuzzing))]
 mod fake;
@@ -39,6 +40,7 @@ mod timeouts;
 mod wait;
 mod write;
 
+use counted_lock::CountedLock;
 pub(in crate::stream) use device::{PostChain, StreamDevice, VerbsDevice};
 #[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use fake::FakeStreams;
@@ -46,8 +48,7 @@ pub(in crate::stream) use setup::{StreamParts, apply_peer_conn_data, build, pinn
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::Arc;
 use std::task::Waker;
 
 use crate::cm::link::CmLink;
@@ -59,6 +60,7 @@ use crate::stream::deadline_timer::DeadlineTimer;
 use crate::stream::region_write::AttachedBuffer;
 use crate::stream::side_wakers::SideWakers;
 use crate::stream::stats::StreamStats;
+use crate::sync::MutexGuard;
 use crate::verbs::UserBuffer;
 
 /// The queue pair's buffers, by index.
@@ -120,10 +122,9 @@ pub(in crate::stream) struct StreamCore<D: StreamDevice = VerbsDevice> {
     wakers: [Arc<SideWakers>; 2],
     /// What each side's registration and timers wake: every task waiting on that side.
     side_wakers: [Waker; 2],
-    state: Mutex<CoreState>,
-    /// Threads blocked on `state`: a task that busy-polls while holding it stops spinning
+    /// Its blocked lockers counted: a task that busy-polls while holding it stops spinning
     /// when there is one (the other half of a split stream, on another worker, wants to go on).
-    lock_waiters: AtomicU32,
+    state: CountedLock<CoreState>,
 }
 
 impl StreamCore {
@@ -158,7 +159,7 @@ impl<D: StreamDevice> StreamCore<D> {
             side_wakers: [wakers[0].waker(), wakers[1].waker()],
             wakers,
             device,
-            state: Mutex::new(CoreState {
+            state: CountedLock::new(CoreState {
                 conn,
                 transport_error: StickyError::default(),
                 shutdown_started: false,
@@ -171,7 +172,6 @@ impl<D: StreamDevice> StreamCore<D> {
                 queue_empty: false,
                 yields: WaitYields::default(),
             }),
-            lock_waiters: AtomicU32::new(0),
         };
         // The first SGL update (the second half of our ring) goes out at once.
         let mut state = core.lock();
@@ -182,17 +182,7 @@ impl<D: StreamDevice> StreamCore<D> {
 
     fn lock(&self) -> MutexGuard<'_, CoreState> {
         // Every update keeps the state consistent before anything that could panic.
-        let mut state = match self.state.try_lock() {
-            Ok(state) => state,
-            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => {
-                // Counted while blocked, so that a holder spinning in `wait` lets go soon.
-                self.lock_waiters.fetch_add(1, Ordering::Relaxed);
-                let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                self.lock_waiters.fetch_sub(1, Ordering::Relaxed);
-                state
-            }
-        };
+        let mut state = self.state.lock();
         // Only a look made under this hold of the lock counts for its waits.
         state.queue_empty = false;
         state

@@ -46,7 +46,7 @@ impl<D: StreamDevice> StreamCore<D> {
         // under this lock, so neither needs to look again under an arm made earlier after a
         // look that found the queue empty.
         let hints = WaitHints {
-            lock_waiters: Some(&self.lock_waiters),
+            lock_waiters: Some(self.state.waiters()),
             just_polled: true,
             exclusive: state.queue_empty,
             yields: Some(&state.yields),
