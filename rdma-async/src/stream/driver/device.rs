@@ -205,6 +205,17 @@ impl VerbsDevice {
     }
 }
 
+impl Drop for VerbsDevice {
+    fn drop(&mut self) {
+        // Before the fields go (the link's disconnect, then the queue pair's destruction): a
+        // lending ring's windows, bound through the queue pair, are revoked between the two, so
+        // the peer sees the disconnect first and the destruction does not wait for them.
+        // A failed disconnect changes nothing here: the link's own drop ignores it too.
+        let _ = self.link.disconnect();
+        self.qp.revoke_windows();
+    }
+}
+
 impl PostChain for SendChain<'_> {
     #[inline]
     fn is_empty(&self) -> bool {

@@ -213,6 +213,16 @@ impl OwnedBufferQueuePair {
         })
     }
 
+    /// Deallocates the memory windows, revoking their keys, ahead of the queue pair's
+    /// destruction: a type 2 window bound through a queue pair holds a reference to it, and
+    /// Soft-RoCE's `ibv_destroy_qp` blocks the calling thread until such windows go (it gave up
+    /// after about 50 s under emulation). A window that fails to deallocate is leaked, as when
+    /// the queue pair drops it. Later binds and invalidations fail with `InvalidInput`: there
+    /// is no window left.
+    pub(crate) fn revoke_windows(&mut self) {
+        self.memory.windows.clear();
+    }
+
     fn window(&self, index: usize) -> io::Result<&MemoryWindow> {
         self.memory
             .windows
