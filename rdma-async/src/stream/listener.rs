@@ -5,8 +5,8 @@ use std::future::Future;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, ready};
+use std::sync::{Arc, PoisonError};
+use std::task::{Context, Poll, Waker, ready};
 
 use futures_core::Stream;
 use tokio::net::ToSocketAddrs;
@@ -61,10 +61,31 @@ type Handshake = Result<(RStream, SocketAddr), (io::Error, SocketAddr)>;
 /// pin queues in user memory need more room than the budget leaves.
 #[derive(Debug)]
 pub struct RListener {
+    accepting: Arc<Accepting>,
+    /// The accept [`Self::poll_accept`] drives, kept between its calls.
+    polled: std::sync::Mutex<Option<PolledAccept>>,
+}
+
+/// What accepting needs, shared with the accepts that outlive a call ([`Incoming`]'s and
+/// [`RListener::poll_accept`]'s).
+#[derive(Debug)]
+struct Accepting {
     cm: Arc<CmListener>,
     options: RStreamOptions,
     /// Handshakes in progress, and finished ones not yet returned by `accept`.
     handshakes: Mutex<Handshakes>,
+}
+
+/// An accept started by [`RListener::poll_accept`], and the task that polled it last.
+struct PolledAccept {
+    accept: AcceptFuture,
+    waker: Waker,
+}
+
+impl std::fmt::Debug for PolledAccept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolledAccept").finish_non_exhaustive()
+    }
 }
 
 /// The handshake tasks, the address each serves, and what they may hold together.
@@ -115,7 +136,7 @@ impl RListener {
         addr: A,
         options: &RStreamOptions,
     ) -> io::Result<Self> {
-        Ok(RListener {
+        let accepting = Accepting {
             cm: Arc::new(
                 CmListener::bind_choosing(
                     addr,
@@ -135,6 +156,10 @@ impl RListener {
                 ),
             }),
             options: options.clone(),
+        };
+        Ok(RListener {
+            accepting: Arc::new(accepting),
+            polled: std::sync::Mutex::new(None),
         })
     }
 
@@ -144,7 +169,7 @@ impl RListener {
     ///
     /// Never fails today; the `Result` mirrors `TcpListener::local_addr`.
     pub fn local_addr(&self) -> io::Result<SocketAddr> {
-        self.cm.local_addr()
+        self.accepting.cm.local_addr()
     }
 
     /// Waits for the next connection whose handshake has completed.
@@ -193,12 +218,62 @@ impl RListener {
     /// finishes after the future was dropped is returned by the next `accept`. They end when
     /// the listener is dropped.
     pub async fn accept(&self) -> io::Result<(RStream, SocketAddr)> {
-        self.next_connection()
+        self.stop_polled_accept();
+        self.accepting
+            .next_connection()
             .await
             .map_err(AcceptFailure::into_error)
     }
 
-    /// As [`Self::accept`], telling the listener's own failures from a request's.
+    /// Polls to accept the next connection whose handshake has completed: `Ready` with it (or
+    /// an error, as [`Self::accept`]), else `Pending` with the waker of `cx` stored, as
+    /// `TcpListener::poll_accept` does.
+    ///
+    /// The listener keeps the accept this starts between calls, so a caller that stops polling
+    /// (a dropped `poll_fn` future) loses no connection: the next `poll_accept` or `accept`
+    /// returns it. Only the waker of the most recent call is woken. An `accept` called
+    /// meanwhile goes first: the pending `poll_accept` caller is woken, and its next call
+    /// waits behind that `accept`.
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::accept`].
+    pub fn poll_accept(&self, cx: &mut Context<'_>) -> Poll<io::Result<(RStream, SocketAddr)>> {
+        let mut polled = self.polled.lock().unwrap_or_else(PoisonError::into_inner);
+        let current = polled.get_or_insert_with(|| PolledAccept {
+            accept: self.accepting.accept_future(),
+            waker: cx.waker().clone(),
+        });
+        current.waker.clone_from(cx.waker());
+        let result = ready!(current.accept.as_mut().poll(cx));
+        *polled = None;
+        Poll::Ready(result.map_err(AcceptFailure::into_error))
+    }
+
+    /// Drops the accept [`Self::poll_accept`] started, which may hold the turn to accept
+    /// while nobody polls it, and wakes its caller to start another behind the caller of this.
+    /// Dropping it loses nothing: an accept takes a connection only when it returns it.
+    fn stop_polled_accept(&self) {
+        let stopped = self
+            .polled
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(PolledAccept { accept, waker }) = stopped {
+            drop(accept);
+            waker.wake();
+        }
+    }
+}
+
+impl Accepting {
+    /// [`Self::next_connection`] as a future that owns what it needs.
+    fn accept_future(self: &Arc<Self>) -> AcceptFuture {
+        let accepting = self.clone();
+        Box::pin(async move { accepting.next_connection().await })
+    }
+
+    /// As [`RListener::accept`], telling the listener's own failures from a request's.
     async fn next_connection(&self) -> Result<(RStream, SocketAddr), AcceptFailure> {
         let mut handshakes = self.handshakes.lock().await;
         loop {
@@ -250,11 +325,8 @@ impl RListener {
     /// listener itself (its device went away) is yielded once, then the stream ends, so a
     /// consumer that retries errors does not spin on a dead listener.
     pub fn into_incoming(self) -> Incoming {
-        let listener = Arc::new(self);
-        Incoming::new(Box::new(move || {
-            let listener = listener.clone();
-            Box::pin(async move { listener.next_connection().await })
-        }))
+        let accepting = self.accepting;
+        Incoming::new(Box::new(move || accepting.accept_future()))
     }
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf, Ready};
 use tokio::net::ToSocketAddrs;
 use tracing::Instrument;
 
@@ -103,7 +103,7 @@ fn rsocket_params() -> ConnParams {
 ///
 /// # Cancel safety
 ///
-/// As with `TcpStream`, `read` and `write` (and `peek`, `readable`, `writable`) are cancel
+/// As with `TcpStream`, `read` and `write` (and `peek`, `ready`, `readable`, `writable`) are cancel
 /// safe: a read takes bytes from the ring only when it returns them, and a write posts exactly
 /// the bytes it reports, so dropping a pending future loses nothing. `read_exact` and
 /// `write_all` are not (they are several calls). The rings belong to the stream, never to a
@@ -128,8 +128,22 @@ impl Inner {
 
     pub(super) async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         let mut buf = ReadBuf::new(buf);
-        std::future::poll_fn(|cx| self.core.poll_read(cx, &mut buf, true)).await?;
-        Ok(buf.filled().len())
+        std::future::poll_fn(|cx| self.poll_peek(cx, &mut buf)).await
+    }
+
+    /// Peeks into `buf` (after what it holds): the number of bytes added.
+    pub(super) fn poll_peek(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<usize>> {
+        let before = buf.filled().len();
+        std::task::ready!(self.core.poll_read(cx, buf, true))?;
+        Poll::Ready(Ok(buf.filled().len() - before))
+    }
+
+    pub(super) async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+        self.core.ready_for(interest).await
     }
 
     pub(super) async fn readable(&self) -> io::Result<()> {
@@ -330,7 +344,30 @@ impl RStream {
     }
 
     /// Receives data without removing it: the next read returns the same bytes. Returns 0 at
-    /// EOF.
+    /// EOF. Waits, as a read does, while nothing has arrived.
+    ///
+    /// Takes `&self`, as `TcpStream::peek` does: any number of tasks may peek at once (each
+    /// gets a copy of the same bytes); a read through another handle may take the bytes
+    /// between a peek and the read that follows it.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::stream::RStream;
+    /// use tokio::io::AsyncReadExt;
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let mut stream = RStream::connect("10.77.0.1:7471").await?;
+    ///     let mut b1 = [0; 10];
+    ///     let mut b2 = [0; 10];
+    ///     // Peek at the data, then read the same bytes.
+    ///     let n = stream.peek(&mut b1).await?;
+    ///     stream.read_exact(&mut b2[..n]).await?;
+    ///     assert_eq!(b1[..n], b2[..n]);
+    ///     Ok(())
+    /// }
+    /// ```
     ///
     /// # Errors
     ///
@@ -339,8 +376,27 @@ impl RStream {
     /// # Cancel safety
     ///
     /// Cancel safe: nothing is consumed.
-    pub async fn peek(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+    pub async fn peek(&self, buf: &mut [u8]) -> io::Result<usize> {
         self.inner.peek(buf).await
+    }
+
+    /// Polls to receive data without removing it: `Ready(Ok(n))` once `n` bytes were copied
+    /// into `buf` after what it holds (0 at EOF), else `Pending` with the waker of `cx` stored.
+    /// The next read returns the same bytes.
+    ///
+    /// As with `TcpStream::poll_peek`, on multiple calls to `poll_peek`, `poll_read` or
+    /// `poll_read_ready` only the waker from the `Context` passed to the most recent call is
+    /// woken.
+    ///
+    /// # Errors
+    ///
+    /// The connection's error, as for a read.
+    pub fn poll_peek(
+        &self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<usize>> {
+        self.inner.poll_peek(cx, buf)
     }
 
     /// Reads up to `max` bytes without copying where the bytes allow it: waits for received
@@ -422,6 +478,79 @@ impl RStream {
     /// intact.
     pub async fn writable(&self) -> io::Result<()> {
         self.inner.writable().await
+    }
+
+    /// Waits until the stream is ready for any of `interest` (`READABLE`, `WRITABLE`, or
+    /// both) and returns what it is ready for, as `TcpStream::ready` does; usually paired with
+    /// [`Self::try_read`] and [`Self::try_write`].
+    ///
+    /// The [`Ready`] set holds `READABLE` when a read would not block (data, EOF or an error)
+    /// and `WRITABLE` when a write would not block (room and credits, or an error to report).
+    /// `READ_CLOSED` says that no more data will arrive: the peer shut down writing or
+    /// disconnected, or the connection failed (bytes that arrived before may still be unread).
+    /// `WRITE_CLOSED` says that the connection is disconnected or failed. A shutdown of this
+    /// side's writing leaves the stream writable (the write then fails with `BrokenPipe`), as
+    /// it does a TCP socket. Like a socket's, readiness can be stale by the time it is used: a
+    /// `try_read` or `try_write` may still return `WouldBlock`.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::stream::RStream;
+    /// use tokio::io::Interest;
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let stream = RStream::connect("10.77.0.1:7471").await?;
+    ///     loop {
+    ///         let ready = stream.ready(Interest::READABLE | Interest::WRITABLE).await?;
+    ///         if ready.is_readable() {
+    ///             let mut data = vec![0; 1024];
+    ///             match stream.try_read(&mut data) {
+    ///                 Ok(0) => return Ok(()),
+    ///                 Ok(n) => println!("read {n} bytes"),
+    ///                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+    ///                 Err(e) => return Err(e),
+    ///             }
+    ///         }
+    ///         if ready.is_writable() {
+    ///             match stream.try_write(b"hello world") {
+    ///                 Ok(n) => println!("wrote {n} bytes"),
+    ///                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+    ///                 Err(e) => return Err(e),
+    ///             }
+    ///         }
+    ///     }
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// `InvalidInput` for an interest with neither `READABLE` nor `WRITABLE` (a stream has no
+    /// priority data, and reports errors as readiness); otherwise errors reading the completion
+    /// or event channels.
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe, as [`Self::readable`] and [`Self::writable`].
+    pub async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+        self.inner.ready(interest).await
+    }
+
+    /// The failure that broke the connection, if one did (`Ok(None)` otherwise), as
+    /// `TcpStream::take_error` reports `SO_ERROR`.
+    ///
+    /// Unlike `SO_ERROR`, the error is not cleared: a stream's failure is sticky by design
+    /// (every later read and write reports it again, with its cause), so this reports it on
+    /// every call. It tells what the stream has learnt so far: a failure that no operation
+    /// has seen yet (a completion or event still queued) shows here once a read, a write or a
+    /// readiness wait has handled it.
+    ///
+    /// # Errors
+    ///
+    /// Never fails; the `Result` mirrors `TcpStream::take_error`.
+    pub fn take_error(&self) -> io::Result<Option<io::Error>> {
+        Ok(self.inner.core.error())
     }
 
     /// Polls for read readiness: `Ready(Ok(()))` once a read would not block (data, EOF or an

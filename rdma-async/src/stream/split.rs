@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::io::{AsyncRead, AsyncWrite, Interest, ReadBuf, Ready};
 
 use super::lent_bytes::LentBytes;
 use super::rstream::{Inner, RStream};
@@ -149,6 +149,32 @@ macro_rules! read_half_methods {
             self.shared().peek(buf).await
         }
 
+        /// As [`RStream::poll_peek`]; takes `&mut self`, as the halves of a `TcpStream` do.
+        ///
+        /// # Errors
+        ///
+        /// As [`RStream::poll_peek`].
+        pub fn poll_peek(
+            &mut self,
+            cx: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<usize>> {
+            self.shared().poll_peek(cx, buf)
+        }
+
+        /// As [`RStream::ready`]; the write half may be waited on meanwhile.
+        ///
+        /// # Errors
+        ///
+        /// As [`RStream::ready`].
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe.
+        pub async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+            self.shared().ready(interest).await
+        }
+
         /// As [`RStream::read_lent`]; the write half may go on writing meanwhile.
         ///
         /// # Errors
@@ -236,6 +262,19 @@ macro_rules! write_half_methods {
         /// Cancel safe.
         pub async fn writable(&self) -> io::Result<()> {
             self.shared().writable().await
+        }
+
+        /// As [`RStream::ready`]; the read half may be waited on meanwhile.
+        ///
+        /// # Errors
+        ///
+        /// As [`RStream::ready`].
+        ///
+        /// # Cancel safety
+        ///
+        /// Cancel safe.
+        pub async fn ready(&self, interest: Interest) -> io::Result<Ready> {
+            self.shared().ready(interest).await
         }
 
         /// As [`RStream::try_write`].

@@ -368,3 +368,63 @@ async fn datagrams_beyond_the_receive_depth_are_dropped_and_counted() {
     );
     assert_eq!(delivered + stats.dropped, sent, "{stats:?}");
 }
+
+/// `try_send` and `try_recv` on connected sockets, each retried after its readiness wait until
+/// it does not block; `peek_from` leaves the datagram for the next receive.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connected_try_send_try_recv_and_peek_from() {
+    let a = datagram(test_ip()).await;
+    let b = datagram(test_ip()).await;
+    let (a_addr, b_addr) = (a.local_addr().unwrap(), b.local_addr().unwrap());
+    let mut buf = [0u8; 64];
+    assert_eq!(err_kind(a.try_send(b"x")).0, io::ErrorKind::NotConnected);
+    assert_eq!(
+        err_kind(a.try_recv(&mut buf)).0,
+        io::ErrorKind::NotConnected
+    );
+    guard("connect", a.connect(b_addr)).await.unwrap();
+    guard("connect", b.connect(a_addr)).await.unwrap();
+    assert_eq!(err_kind(b.try_recv(&mut buf)).0, io::ErrorKind::WouldBlock);
+
+    let sent = guard("try_send", async {
+        loop {
+            a.writable().await?;
+            match a.try_send(b"ping") {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                sent => return sent,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(sent, 4);
+    let n = guard("try_recv", async {
+        loop {
+            b.readable().await?;
+            match b.try_recv(&mut buf) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                got => return got,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(&buf[..n], b"ping");
+
+    // Peeked twice (once into a buffer too small for it), then received: the same datagram.
+    b.send(b"peeked datagram").await.unwrap();
+    let mut small = [0u8; 6];
+    let (n, from) = guard("peek_from", a.peek_from(&mut small)).await.unwrap();
+    assert_eq!((&small[..n], from), (&b"peeked"[..], b_addr));
+    let (n, from) = guard("peek_from", a.peek_from(&mut buf)).await.unwrap();
+    assert_eq!((&buf[..n], from), (&b"peeked datagram"[..], b_addr));
+    let mut got = [0u8; 64];
+    let (n, from) = guard("recv_from", a.recv_from(&mut got)).await.unwrap();
+    assert_eq!((&got[..n], from), (&b"peeked datagram"[..], b_addr));
+    assert_eq!(
+        err_kind(a.try_recv(&mut got)).0,
+        io::ErrorKind::WouldBlock,
+        "the peeked datagram was received once"
+    );
+    assert_eq!(a.stats().truncated, 0, "a peek truncates nothing");
+}

@@ -8,11 +8,11 @@ use std::time::Duration;
 use rdma_async::cm::IdOptions;
 use rdma_async::endpoint::EndpointOptions;
 use rdma_async::rdma::RdmaOptions;
-use rdma_async::stream::RStreamOptions;
+use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async::{endpoint, rdma, stream};
 use rdma_async_device_tests::streams::fill_until_blocked;
 use rdma_async_device_tests::{completion_status, endpoint_pair, guard, rdma_pair, stream_pair};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 
 /// `IBV_WC_RETRY_EXC_ERR`: the transport's retries ran out.
 const RETRY_EXC_ERR: u32 = 12;
@@ -203,6 +203,27 @@ async fn rdma_keepalive_leaves_a_live_connection_working() {
     assert_eq!(&inbox[..], &[7; 32][..]);
 }
 
+/// Makes `server` go away without closing (its queue pair fails, then it disconnects) and reads
+/// `client` to the end: the read must fail with a `ConnectionReset` that says why. Returns what
+/// the read got before it.
+async fn read_after_peer_went_away(server: RStream, client: &mut RStream) -> Vec<u8> {
+    stream::hooks::vanish(&server).unwrap();
+    drop(server);
+    let mut rest = Vec::new();
+    let err = guard(
+        "a read after the peer went away",
+        client.read_to_end(&mut rest),
+    )
+    .await
+    .expect_err("a peer that never closed must not read as end-of-stream");
+    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+    assert!(
+        err.to_string().contains("without closing"),
+        "the error does not say why: {err}"
+    );
+    rest
+}
+
 /// A peer that goes away without closing (here: its queue pair fails, so its DISCONNECT never
 /// arrives, and then it disconnects): a reader gets every byte that arrived before the
 /// disconnect, then `ConnectionReset`, never a clean end-of-stream (bytes the peer wrote after
@@ -219,20 +240,7 @@ async fn a_peer_that_disconnects_without_closing_reads_as_a_reset_after_its_data
     .await
     .unwrap();
     assert_eq!(&got, b"partial");
-    stream::hooks::vanish(&server).unwrap();
-    drop(server);
-    let mut rest = Vec::new();
-    let err = guard(
-        "a read after the peer went away",
-        client.read_to_end(&mut rest),
-    )
-    .await
-    .expect_err("a peer that never closed must not read as end-of-stream");
-    assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
-    assert!(
-        err.to_string().contains("without closing"),
-        "the error does not say why: {err}"
-    );
+    let rest = read_after_peer_went_away(server, &mut client).await;
     assert!(rest.is_empty(), "nothing more was sent: {rest:?}");
     // Writing after it fails the same way: the connection is gone.
     let err = client
@@ -240,4 +248,37 @@ async fn a_peer_that_disconnects_without_closing_reads_as_a_reset_after_its_data
         .await
         .expect_err("a write after the peer disconnected must fail");
     assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+}
+
+/// A stream's failure is sticky: `take_error` reports it on every call (it does not clear it, as
+/// `SO_ERROR` would be), and readiness says both directions are closed.
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn take_error_reports_the_sticky_failure_on_every_call() {
+    let (server, mut client) = stream_pair(options()).await;
+    assert!(
+        client.take_error().unwrap().is_none(),
+        "a working stream has no error"
+    );
+    read_after_peer_went_away(server, &mut client).await;
+    for call in 1..=2 {
+        let taken = client
+            .take_error()
+            .unwrap()
+            .unwrap_or_else(|| panic!("call {call}: the failure is not reported"));
+        assert_eq!(taken.kind(), io::ErrorKind::ConnectionReset, "{taken}");
+        assert!(
+            taken.to_string().contains("without closing"),
+            "call {call}: the error does not say why: {taken}"
+        );
+    }
+    let ready = guard(
+        "readiness of a failed stream",
+        client.ready(Interest::READABLE | Interest::WRITABLE),
+    )
+    .await
+    .unwrap();
+    assert!(
+        ready.is_read_closed() && ready.is_write_closed(),
+        "both directions are closed: {ready:?}"
+    );
 }

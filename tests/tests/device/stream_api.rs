@@ -1,12 +1,13 @@
 //! The `TcpStream`-like API of `RStream` on a real RDMA device: halves, peek, try_*, readiness,
-//! the incoming stream, full-duplex streaming.
+//! the incoming stream and `poll_accept`, full-duplex streaming.
 
+use std::future::poll_fn;
 use std::io;
 
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use rdma_async_device_tests::data::cyclic;
-use rdma_async_device_tests::{guard, rlistener, stream_pair, test_addr6};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use rdma_async_device_tests::{guard, poll_once, rlistener, stream_pair, test_addr6};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest, ReadBuf};
 
 #[test]
 fn streams_and_halves_fit_in_any_task() {
@@ -119,7 +120,6 @@ async fn peek_try_read_try_write_and_readiness() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn incoming_yields_connections() {
-    use std::future::poll_fn;
     use std::pin::Pin;
 
     use futures_core::Stream;
@@ -263,4 +263,166 @@ async fn a_waiting_reader_yields_to_other_tasks_and_still_wakes_after_sleeping()
     );
     releaser.await.unwrap();
     let _server = guard("server", echo).await.unwrap().unwrap();
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn peek_leaves_the_bytes_for_the_read_and_poll_peek_fills_a_read_buf() {
+    let (mut server, mut client) = stream_pair(RStreamOptions::new()).await;
+    server.write_all(b"first").await.unwrap();
+    // `peek` takes `&self`: two peeks at once, through the same shared stream.
+    let (mut a, mut b) = ([0u8; 16], [0u8; 16]);
+    let (na, nb) = guard("two peeks", async {
+        tokio::join!(client.peek(&mut a), client.peek(&mut b))
+    })
+    .await;
+    let (na, nb) = (na.unwrap(), nb.unwrap());
+    assert_eq!((&a[..na], &b[..nb]), (&b"first"[..], &b"first"[..]));
+    let mut got = [0u8; 5];
+    guard("read", client.read_exact(&mut got)).await.unwrap();
+    assert_eq!(&got, b"first", "the read returns what was peeked");
+
+    // poll_peek appends to the ReadBuf after what it holds, and reports what it added.
+    server.write_all(b"second").await.unwrap();
+    let mut storage = [0u8; 16];
+    let mut buf = ReadBuf::new(&mut storage);
+    buf.put_slice(b">");
+    let n = guard("poll_peek", poll_fn(|cx| client.poll_peek(cx, &mut buf)))
+        .await
+        .unwrap();
+    assert_eq!((n, buf.filled()), (6, &b">second"[..]));
+    let mut got = [0u8; 6];
+    guard("read", client.read_exact(&mut got)).await.unwrap();
+    assert_eq!(&got, b"second");
+
+    // The same on a read half.
+    let (mut rd, _wr) = client.split();
+    server.write_all(b"third").await.unwrap();
+    let mut storage = [0u8; 16];
+    let mut buf = ReadBuf::new(&mut storage);
+    let n = guard("half's poll_peek", poll_fn(|cx| rd.poll_peek(cx, &mut buf)))
+        .await
+        .unwrap();
+    assert_eq!(buf.filled()[..n], b"third"[..]);
+    let n = guard("half's peek", rd.peek(&mut a)).await.unwrap();
+    assert_eq!(&a[..n], b"third");
+    let mut got = [0u8; 5];
+    guard("half's read", rd.read_exact(&mut got)).await.unwrap();
+    assert_eq!(&got, b"third");
+
+    // At EOF a peek returns 0.
+    server.shutdown().await.unwrap();
+    assert_eq!(guard("peek at EOF", client.peek(&mut a)).await.unwrap(), 0);
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_reports_readable_writable_and_read_closed() {
+    let (mut server, client) = stream_pair(RStreamOptions::new()).await;
+    let ready = guard("writable", client.ready(Interest::WRITABLE))
+        .await
+        .unwrap();
+    assert!(
+        ready.is_writable() && !ready.is_write_closed() && !ready.is_readable(),
+        "a fresh stream is writable, and only that was asked: {ready:?}"
+    );
+
+    // Nothing was written: READABLE waits until the peer writes.
+    let mut readable = std::pin::pin!(client.ready(Interest::READABLE));
+    assert!(
+        poll_once(readable.as_mut()).await.is_pending(),
+        "readable before the peer wrote"
+    );
+    server.write_all(b"data").await.unwrap();
+    let ready = guard("readable", readable).await.unwrap();
+    assert!(ready.is_readable() && !ready.is_read_closed(), "{ready:?}");
+    let ready = guard(
+        "both",
+        client.ready(Interest::READABLE | Interest::WRITABLE),
+    )
+    .await
+    .unwrap();
+    assert!(ready.is_readable() && ready.is_writable(), "{ready:?}");
+    let mut buf = [0u8; 8];
+    assert_eq!(client.try_read(&mut buf).unwrap(), 4);
+
+    // The peer shuts down writing: no more data will come.
+    server.shutdown().await.unwrap();
+    let ready = guard("read closed", client.ready(Interest::READABLE))
+        .await
+        .unwrap();
+    assert!(ready.is_read_closed(), "{ready:?}");
+    assert_eq!(client.try_read(&mut buf).unwrap(), 0, "EOF");
+    // Our side may still write: the peer reads on.
+    let ready = guard("still writable", client.ready(Interest::WRITABLE))
+        .await
+        .unwrap();
+    assert!(ready.is_writable() && !ready.is_write_closed(), "{ready:?}");
+    assert_eq!(client.try_write(b"back").unwrap(), 4);
+    guard("the peer reads", server.read_exact(&mut buf[..4]))
+        .await
+        .unwrap();
+    assert_eq!(&buf[..4], b"back");
+
+    // A stream has no other readiness to wait for.
+    let err = client
+        .ready(Interest::ERROR)
+        .await
+        .expect_err("ERROR alone is not waited for");
+    assert_eq!(err.kind(), io::ErrorKind::InvalidInput, "{err}");
+}
+
+#[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poll_accept_accepts_and_an_abandoned_poll_loses_no_connection() {
+    let listener = rlistener().await;
+    let addr = listener.local_addr().unwrap();
+    let (accepted, client) = guard("poll_accept", async {
+        tokio::join!(
+            poll_fn(|cx| listener.poll_accept(cx)),
+            RStream::connect(addr)
+        )
+    })
+    .await;
+    let (mut server, peer) = accepted.unwrap();
+    let mut client = client.unwrap();
+    assert_eq!(peer, server.peer_addr().unwrap());
+    client.write_all(b"1").await.unwrap();
+    let mut byte = [0u8; 1];
+    guard("read", server.read_exact(&mut byte)).await.unwrap();
+    assert_eq!(&byte, b"1");
+
+    // A poll_accept polled until the client's connect completes (its handshake has then
+    // finished on the listener's side) and then dropped: the connection waits for `accept`.
+    let mut connect = std::pin::pin!(RStream::connect(addr));
+    let mut abandoned = std::pin::pin!(poll_fn(|cx| listener.poll_accept(cx)));
+    let (client, early) = guard("connect while poll_accept is polled", async {
+        tokio::select! {
+            biased;
+            client = &mut connect => (client.unwrap(), None),
+            accepted = &mut abandoned => (connect.await.unwrap(), Some(accepted.unwrap())),
+        }
+    })
+    .await;
+    let mut client = client;
+    let (mut server, _) = match early {
+        Some(accepted) => accepted,
+        None => guard("accept after the abandoned poll", listener.accept())
+            .await
+            .unwrap(),
+    };
+    client.write_all(b"2").await.unwrap();
+    guard("read", server.read_exact(&mut byte)).await.unwrap();
+    assert_eq!(&byte, b"2", "the accepted stream is the client's");
+
+    // A poll_accept left pending does not hold up a later accept.
+    assert!(
+        poll_once(abandoned.as_mut()).await.is_pending(),
+        "no client is connecting"
+    );
+    let (accepted, client) = guard("accept after a pending poll_accept", async {
+        tokio::join!(listener.accept(), RStream::connect(addr))
+    })
+    .await;
+    let (mut server, _) = accepted.unwrap();
+    client.unwrap().write_all(b"3").await.unwrap();
+    guard("read", server.read_exact(&mut byte)).await.unwrap();
+    assert_eq!(&byte, b"3");
 }

@@ -21,6 +21,13 @@ pub(super) struct ArrivedDatagram {
     from: SocketAddr,
 }
 
+/// Whether a receive takes the datagram it returns, or leaves it for the next (a peek).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Take {
+    Remove,
+    Keep,
+}
+
 impl RDatagram {
     /// Receives one datagram from the connected peer into `buf`; see [`Self::recv_from`].
     ///
@@ -69,13 +76,62 @@ impl RDatagram {
     ///
     /// Cancel safe: a datagram is only taken when it is returned.
     pub async fn recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.next_datagram(buf, Take::Remove).await
+    }
+
+    /// Receives one datagram into `buf` without removing it: the next receive returns the same
+    /// datagram. Returns its length (truncated to `buf`, as [`Self::recv_from`]) and sender.
+    ///
+    /// With a connected socket ([`Self::connect`]), datagrams from other senders are discarded
+    /// on the way, as a receive discards them.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use rdma_async::datagram::RDatagram;
+    ///
+    /// #[tokio::main]
+    /// async fn main() -> std::io::Result<()> {
+    ///     let socket = RDatagram::bind("10.77.0.1:7174").await?;
+    ///     let mut buf = vec![0; socket.max_datagram()];
+    ///     let (len, from) = socket.peek_from(&mut buf).await?;
+    ///     println!("{from} sent {len} bytes");
+    ///     // The same datagram again, now taken.
+    ///     let (len, from) = socket.recv_from(&mut buf).await?;
+    ///     Ok(())
+    /// }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// As [`Self::recv_from`].
+    ///
+    /// # Cancel safety
+    ///
+    /// Cancel safe: nothing is taken.
+    pub async fn peek_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
+        self.next_datagram(buf, Take::Keep).await
+    }
+
+    /// Waits for the next datagram (from the connected peer, if any) and copies it into `buf`.
+    async fn next_datagram(&self, buf: &mut [u8], take: Take) -> io::Result<(usize, SocketAddr)> {
         let mut slots = self.recv.lock().await;
         loop {
             self.fill_or_end(&mut slots).await?;
-            if let Some(got) = self.take(&mut slots, buf)? {
+            if let Some(got) = self.take(&mut slots, buf, take)? {
                 return Ok(got);
             }
         }
+    }
+
+    /// Receives a datagram from the connected peer if one is waiting.
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` without [`Self::connect`]; otherwise as [`Self::try_recv_from`].
+    pub fn try_recv(&self, buf: &mut [u8]) -> io::Result<usize> {
+        self.peer_addr()?;
+        self.try_recv_from(buf).map(|(n, _)| n)
     }
 
     /// Receives a datagram if one is waiting.
@@ -87,7 +143,7 @@ impl RDatagram {
     pub fn try_recv_from(&self, buf: &mut [u8]) -> io::Result<(usize, SocketAddr)> {
         let mut slots = self.recv.try_lock()?;
         loop {
-            if let Some(got) = self.take(&mut slots, buf)? {
+            if let Some(got) = self.take(&mut slots, buf, Take::Remove)? {
                 return Ok(got);
             }
             if !self
@@ -126,31 +182,39 @@ impl RDatagram {
         }
     }
 
-    /// Copies out the oldest queued datagram (from the connected peer, if any) and posts its
-    /// slot again.
+    /// Copies out the oldest queued datagram (from the connected peer, if any) and, unless
+    /// `take` keeps it, posts its slot again.
     fn take(
         &self,
         slots: &mut RecvSlots,
         buf: &mut [u8],
+        take: Take,
     ) -> io::Result<Option<(usize, SocketAddr)>> {
         let peer = *lock(&self.peer);
-        while let Some(got) = slots.ready.pop_front() {
+        while let Some(got) = slots.ready.front() {
             if peer.is_some_and(|p| p != got.from) {
                 Counters::add(&self.shared.counters.filtered, 1);
                 self.repost(got.slot);
+                slots.ready.pop_front();
                 continue;
             }
-            let n = got.len.min(buf.len());
+            let (slot, len, from) = (got.slot, got.len, got.from);
+            let n = len.min(buf.len());
             let copied = self
                 .qp
                 .recv_buffer()
-                .read_at(got.slot * self.slot_len + GRH_LEN, &mut buf[..n]);
-            self.repost(got.slot);
+                .read_at(slot * self.slot_len + GRH_LEN, &mut buf[..n]);
+            if take == Take::Keep {
+                copied?;
+                return Ok(Some((n, from)));
+            }
+            slots.ready.pop_front();
+            self.repost(slot);
             copied?;
-            if got.len > n {
+            if len > n {
                 Counters::add(&self.shared.counters.truncated, 1);
             }
-            return Ok(Some((n, got.from)));
+            return Ok(Some((n, from)));
         }
         Ok(None)
     }

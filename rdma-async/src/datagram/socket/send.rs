@@ -106,6 +106,16 @@ impl RDatagram {
         self.send_on(&route, buf).await
     }
 
+    /// Sends to the connected peer if it can be done at once (a send slot is free).
+    ///
+    /// # Errors
+    ///
+    /// `NotConnected` without [`Self::connect`]; `WouldBlock` when every send slot is in
+    /// flight (wait with [`Self::writable`]); otherwise as [`Self::try_send_to`].
+    pub fn try_send(&self, buf: &[u8]) -> io::Result<usize> {
+        self.try_send_to(buf, self.peer_addr()?)
+    }
+
     /// Waits until a send slot is free (a datagram to a cached route can go at once).
     ///
     /// # Errors

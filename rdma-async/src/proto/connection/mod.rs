@@ -322,6 +322,13 @@ impl Connection {
         self.state.disconnected
     }
 
+    /// No more data will arrive (POLLRDHUP): the peer shut down or disconnected, or the
+    /// connection failed. Bytes that arrived before may still be unread.
+    pub(crate) fn is_read_closed(&self) -> bool {
+        !self.state.readable
+            && (self.state.connected || self.state.disconnected || self.state.error.is_some())
+    }
+
     /// End of stream for reads: nothing left to read and nothing more will arrive.
     #[cfg(test)]
     pub(crate) fn is_eof(&self) -> bool {

@@ -32,6 +32,7 @@ mod fake;
 mod hooks;
 mod post;
 mod read;
+mod readiness;
 mod region;
 mod setup;
 #[cfg(test)]
