@@ -64,8 +64,11 @@ pub struct RcQueuePair<M> {
     max_inline_data: u32,
     max_send_sge: u32,
     max_recv_sge: u32,
-    /// Whether the queue pair may still be used: every use of it holds the read lock, so
-    /// [`Self::destroy`] (the write lock) never frees it under a post.
+    /// Whether the queue pair may still be used: every use of it through a handle that can
+    /// destroy it while shared (a caller-memory one's, `CallerMemoryQueuePair::destroy`) holds
+    /// the read lock, so [`Self::destroy_now`] (the write lock) never frees it under a post. An
+    /// owned-buffer queue pair is destroyed only by `Drop`, which has it to itself: its posts
+    /// take no lock ([`OwnedBufferQueuePair`]'s `live_qp`).
     state: RwLock<QpState>,
     /// What outstanding work requests point into: dropped only after the queue pair was
     /// destroyed (by [`Self::destroy`] or `Drop::drop`), and never if that failed.
@@ -163,7 +166,7 @@ impl<M> RcQueuePair<M> {
                 ));
             }
         }
-        // SAFETY: the id's QP lives until `destroy` (or our Drop), which waits for this lock.
+        // SAFETY: the id's QP lives until `destroy_now`, which waits for this lock.
         use_qp(unsafe { (*self.id.as_ptr()).qp })
     }
 
@@ -174,11 +177,16 @@ impl<M> RcQueuePair<M> {
     /// is: never used again, never destroyed again (a retry could free an object the provider
     /// half tore down), and its memory and what it depends on are leaked when it is dropped.
     /// Later posts fail with `NotConnected` either way.
-    pub(crate) fn destroy(&self) -> bool {
+    ///
+    /// Called only by `Drop` and by `CallerMemoryQueuePair::destroy`: an owned-buffer queue
+    /// pair's posts rely on never being destroyed through a shared reference.
+    fn destroy_now(&self) -> bool {
         let mut state = self.state.write().unwrap_or_else(PoisonError::into_inner);
         if *state == QpState::Live {
-            // SAFETY: the id has its QP, which no post is using (the write lock is held) and
-            // which is never used again whatever the outcome (the state leaves `Live`).
+            // SAFETY: the id has its QP, which no post is using (the write lock is held; an
+            // owned-buffer queue pair's posts, which take no lock, need `&self`, and for that
+            // kind this runs only in `Drop`) and which is never used again whatever the outcome
+            // (the state leaves `Live`).
             *state = match unsafe { self.id.destroy_qp() } {
                 Ok(()) => {
                     crate::verbs::device::QUEUE_PAIRS.destroyed(0);
@@ -242,14 +250,9 @@ impl<M> RcQueuePair<M> {
     /// reaches the peer's memory only through the peer's rkey.
     #[inline]
     pub(super) unsafe fn post_send_wr(&self, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
-        let mut bad = ptr::null_mut();
         // SAFETY: the QP is live while `with_qp` runs; the caller vouches for the memory `wr`
         // names.
-        let ret = self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_send(qp, wr, &mut bad) }))?;
-        if ret != 0 {
-            return Err(error::call_error("ibv_post_send", ret));
-        }
-        Ok(())
+        self.with_qp(|qp| unsafe { post_send(qp, wr) })
     }
 
     /// Moves the queue pair to the error state: outstanding work requests complete with
@@ -269,6 +272,22 @@ impl<M> RcQueuePair<M> {
     }
 }
 
+/// `ibv_post_send` of `wr` (and the requests chained after it) to `qp`.
+///
+/// # Safety
+///
+/// `qp` is live for the call, and `wr` is as [`RcQueuePair::post_send_wr`] requires.
+#[inline]
+unsafe fn post_send(qp: *mut sys::ibv_qp, wr: &mut sys::ibv_send_wr) -> io::Result<()> {
+    let mut bad = ptr::null_mut();
+    // SAFETY: the caller's contract.
+    let ret = unsafe { sys::rdma_async_post_send(qp, wr, &mut bad) };
+    if ret != 0 {
+        return Err(error::call_error("ibv_post_send", ret));
+    }
+    Ok(())
+}
+
 /// Leaks a reference to each object a queue pair that could not be destroyed uses (its id,
 /// completion queues and protection domain), so none of them is ever destroyed under it.
 pub(super) fn keep_forever(
@@ -285,7 +304,7 @@ pub(super) fn keep_forever(
 
 impl<M> Drop for RcQueuePair<M> {
     fn drop(&mut self) {
-        if self.destroy() {
+        if self.destroy_now() {
             // SAFETY: dropped once, here; the device no longer accesses the QP's work
             // requests, so their memory can be freed.
             unsafe { ManuallyDrop::drop(&mut self.memory) };

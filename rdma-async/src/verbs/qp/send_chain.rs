@@ -206,7 +206,7 @@ impl<'q> SendChain<'q> {
         // covering its request was polled); inline entries point into `self.inline` (or, posted
         // alone, into the caller's bytes, borrowed for this call) and were checked against the
         // QP's inline limit; the provider copies them during the call.
-        unsafe { self.qp.post_send_wr(head) }
+        unsafe { self.qp.post_send_owned(head) }
     }
 }
 
@@ -241,7 +241,7 @@ impl OwnedBufferQueuePair {
         // was polled), or, inline, the caller's bytes, borrowed for this call and checked
         // against the QP's inline limit by `gather_shape`; the provider copies them during the
         // call.
-        unsafe { self.post_send_wr(&mut wr) }
+        unsafe { self.post_send_owned(&mut wr) }
     }
 }
 

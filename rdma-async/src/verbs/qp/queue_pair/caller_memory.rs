@@ -79,6 +79,17 @@ impl CallerMemoryQueuePair {
         Ok(qp)
     }
 
+    /// Destroys the queue pair now, before its memory is dropped, so that the buffers of
+    /// requests that never completed can be handed back. Returns whether it is destroyed (now
+    /// or by an earlier call); when destroying it failed it is kept, never used again, and
+    /// leaked with its memory when dropped. Later posts fail with `NotConnected` either way.
+    ///
+    /// Only this kind can be destroyed through a shared reference: its every use takes the
+    /// state's read lock, which this waits for.
+    pub(crate) fn destroy(&self) -> bool {
+        self.destroy_now()
+    }
+
     /// Sends and writes of up to this many bytes go inline.
     pub(crate) fn inline_limit(&self) -> u32 {
         self.memory.inline_limit

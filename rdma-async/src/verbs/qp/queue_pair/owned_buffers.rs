@@ -134,7 +134,7 @@ impl OwnedBufferQueuePair {
             // SAFETY: no scatter/gather list; the window and the registration it names belong
             // to this queue pair's memory, which outlives the queue pair (a registration with
             // a window bound to it cannot be deregistered: providers refuse).
-            unsafe { self.post_send_wr(&mut wr) }?;
+            unsafe { self.post_send_owned(&mut wr) }?;
             mw.set_rkey(rkey);
             Ok(())
         })
@@ -209,7 +209,7 @@ impl OwnedBufferQueuePair {
         fill_invalidate_key(&mut wr, rkey);
         self.memory.grants.invalidate(window, wr_id, || {
             // SAFETY: no scatter/gather list and no memory named: only a key.
-            unsafe { self.post_send_wr(&mut wr) }
+            unsafe { self.post_send_owned(&mut wr) }
         })
     }
 
@@ -371,6 +371,33 @@ impl OwnedBufferQueuePair {
         unsafe { self.post_recv_chain(&mut wr) }
     }
 
+    /// The queue pair, live for as long as `&self` is: an owned-buffer queue pair is destroyed
+    /// only by `Drop` (no shared handle can destroy it, unlike a caller-memory one), so its
+    /// posts need not take the state's read lock (some 20 instructions a post, one a streamed
+    /// message).
+    #[inline]
+    fn live_qp(&self) -> *mut sys::ibv_qp {
+        // SAFETY: the id is live (held by `self`) and holds its QP until `destroy_now`, which
+        // for this kind runs only in `Drop`, after every borrow of `self` ended; nothing else
+        // writes the field.
+        unsafe { (*self.id.as_ptr()).qp }
+    }
+
+    /// [`RcQueuePair::post_send_wr`] without the state's lock (see `live_qp`).
+    ///
+    /// # Safety
+    ///
+    /// As [`RcQueuePair::post_send_wr`].
+    #[inline]
+    pub(in crate::verbs::qp) unsafe fn post_send_owned(
+        &self,
+        wr: &mut sys::ibv_send_wr,
+    ) -> io::Result<()> {
+        // SAFETY: the QP is live while `self` is (`live_qp`); the caller vouches for the
+        // memory `wr` names.
+        unsafe { super::post_send(self.live_qp(), wr) }
+    }
+
     /// Posts the receive requests chained from `first` with one `ibv_post_recv`.
     ///
     /// # Safety
@@ -381,10 +408,9 @@ impl OwnedBufferQueuePair {
     unsafe fn post_recv_chain(&self, first: *mut sys::ibv_recv_wr) -> io::Result<()> {
         self.injected_recv_failure()?;
         let mut bad = ptr::null_mut();
-        // SAFETY: the QP is live while `with_qp` runs; the chain is valid (the caller's
+        // SAFETY: the QP is live while `self` is (`live_qp`); the chain is valid (the caller's
         // contract).
-        let ret =
-            self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_recv(qp, first, &mut bad) }))?;
+        let ret = unsafe { sys::rdma_async_post_recv(self.live_qp(), first, &mut bad) };
         if ret != 0 {
             return Err(error::call_error("ibv_post_recv", ret));
         }
