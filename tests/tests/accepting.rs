@@ -1,4 +1,4 @@
-//! Accepting under hostile peers and exhausted resources (issue 12, "Accepting"): handshakes
+//! Accepting under hostile peers and exhausted resources: handshakes
 //! that peers park, a process out of file descriptors, and churn beside long-lived connections.
 //!
 //! A binary of its own: its tests count this process's RDMA resources and change its

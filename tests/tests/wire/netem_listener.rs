@@ -1,5 +1,4 @@
-//! A listener whose remote clients' host vanishes (issue 11's leftover, issue 12's
-//! "Accepting"): node 2 holds connections to an `RListener` on node 1, some established and some
+//! A listener whose remote clients' host vanishes: node 2 holds connections to an `RListener` on node 1, some established and some
 //! parked mid-handshake, when `tc netem loss 100%` cuts the wire. The listener goes on serving a
 //! client of its own node (rxe loops that traffic back inside node 1), the parked handshakes end
 //! at the listener's `accept_timeout`, the established connections by their keepalive, and this
