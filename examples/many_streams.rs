@@ -8,8 +8,19 @@
 //!     many_streams client ADDR PAIRS ROUNDS SIZE   PAIRS connections, ROUNDS round trips of
 //!                                                  SIZE bytes each, all at once
 //!
+//!     many_streams local ADDR STREAMS ROUNDS SIZE BUFFER
+//!                                                  one process holding STREAMS streams: an
+//!                                                  echo server on ADDR and STREAMS / 2
+//!                                                  connections to it, each with BUFFER-byte
+//!                                                  rings and 16-deep queues; ROUNDS round trips of SIZE bytes on
+//!                                                  each, all at once
+//!
 //! An optional last argument, WORKERS, runs a side on a multi-thread runtime with that many
 //! workers (as `#[tokio::main]` does); without it (or with 0) on a current-thread runtime.
+//!
+//! `local` reports what holding many streams costs: the time to open them all (setup_secs),
+//! the resident memory and descriptors they add, per stream, and the CPU time per transfer
+//! of the exchange. `scripts/many-streams` runs it for 10,000 streams.
 //!
 //! A transfer is one message one way (a round trip is two), as in `scripts/compare`. Each side
 //! measures only the exchange: from all connections established (and every buffer allocated)
@@ -21,7 +32,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use rdma_async::stream::{RListener, RStream};
+use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Barrier;
 
@@ -189,6 +200,131 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
     Ok(())
 }
 
+/// This process's resident memory, in KiB (`VmRSS`).
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `streams` streams in this process: an echo server and `streams / 2` connections to it, all
+/// with `buffer`-byte rings; `rounds` round trips of `size` bytes on every connection at once.
+async fn local(
+    addr: SocketAddr,
+    streams: usize,
+    rounds: u64,
+    size: usize,
+    buffer: u32,
+) -> Result<(), BoxError> {
+    let pairs = streams / 2;
+    if pairs == 0 || size == 0 {
+        return Err("STREAMS must be at least 2 and SIZE at least 1".into());
+    }
+    // Small rings, and the smallest queues rsockets allows: a ping-pong has one message in
+    // flight.
+    let opts = RStreamOptions::new()
+        .send_buffer_size(buffer)
+        .recv_buffer_size(buffer)
+        .sq_size(16)
+        .rq_size(16);
+    let listener = RListener::bind_with(addr, &opts).await?;
+    let addr = listener.local_addr()?;
+    let (fds_before, rss_before, start) = (open_fds(), rss_kib(), Instant::now());
+    // The server accepts every connection and echoes on each until its end, in a task per
+    // connection.
+    let server = tokio::spawn(async move {
+        let mut echoes = Vec::with_capacity(pairs);
+        for _ in 0..pairs {
+            let (mut stream, _) = listener.accept().await?;
+            echoes.push(tokio::spawn(async move {
+                let mut buf = vec![0; size];
+                loop {
+                    match stream.read(&mut buf).await? {
+                        0 => return stream.shutdown().await,
+                        n => stream.write_all(&buf[..n]).await?,
+                    }
+                }
+            }));
+        }
+        Ok::<_, io::Error>(echoes)
+    });
+    // Connect a few at a time, as a real client pool would (and within the handshakes one
+    // address may have in progress: `RStreamOptions::handshakes_per_source`).
+    let mut clients = Vec::with_capacity(pairs);
+    for chunk in (0..pairs).collect::<Vec<_>>().chunks(32) {
+        let connects = chunk.iter().map(|_| {
+            let opts = opts.clone();
+            async move { RStream::connect_with(addr, &opts).await }
+        });
+        for stream in join_all(connects).await {
+            clients.push(stream?);
+        }
+        // A sign of life every tenth of the way: opening 10,000 takes minutes under emulation.
+        if clients.len() % (pairs / 10).max(1) < chunk.len() {
+            println!("many_streams: {} connections open", clients.len());
+        }
+    }
+    let echoes = server.await??;
+    let setup = start.elapsed();
+    let held = (2 * pairs) as f64;
+    let fds_per_stream = (open_fds() - fds_before) as f64 / held;
+    let rss_kib_per_stream = rss_kib().saturating_sub(rss_before) as f64 / held;
+    // On stdout, as a sign of life between the two long steps.
+    println!("many_streams: {} streams open, exchanging", 2 * pairs);
+    let (before, start) = (Usage::now()?, Instant::now());
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut stream)| {
+            tokio::spawn(async move {
+                let msg: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+                let mut back = vec![0; size];
+                for _ in 0..rounds {
+                    stream.write_all(&msg).await?;
+                    stream.read_exact(&mut back).await?;
+                    if back != msg {
+                        return Err(io::Error::new(
+                            io::ErrorKind::InvalidData,
+                            format!("connection {i}: the echo differs from what was sent"),
+                        ));
+                    }
+                }
+                Ok::<_, io::Error>(stream)
+            })
+        })
+        .collect();
+    let mut clients = Vec::with_capacity(pairs);
+    for task in tasks {
+        clients.push(task.await??);
+    }
+    let (elapsed, after) = (start.elapsed(), Usage::now()?);
+    // Each round trip is four transfers: out and back on the client, in and out on the server.
+    let transfers = (4 * rounds * pairs as u64).max(1);
+    println!(
+        "local streams={} setup_secs={:.3} rss_kib_per_stream={rss_kib_per_stream:.1} \
+         fds_per_stream={fds_per_stream:.2} transfers={transfers} transfers_per_s={:.0} \
+         cpu_us_per_transfer={:.2}",
+        2 * pairs,
+        setup.as_secs_f64(),
+        transfers as f64 / elapsed.as_secs_f64().max(1e-9),
+        (after.cpu - before.cpu).as_secs_f64() * 1e6 / transfers as f64,
+    );
+    let shutdowns = clients.into_iter().map(|mut stream| async move {
+        stream.shutdown().await?;
+        expect_end(&mut stream).await
+    });
+    for closed in join_all(shutdowns).await {
+        closed?;
+    }
+    for echo in echoes {
+        echo.await??;
+    }
+    Ok(())
+}
+
 /// Awaits every future, each on a task of its own (the examples avoid the `futures` crate for
 /// one helper).
 async fn join_all<F>(futures: impl Iterator<Item = F>) -> Vec<F::Output>
@@ -209,8 +345,13 @@ fn main() -> Result<(), BoxError> {
     // WORKERS, optional: 0 (the default) runs on a current-thread runtime, as
     // `#[rdma_async::main(flavor = "current_thread")]` does; N on a multi-thread runtime with N
     // workers, as `#[tokio::main]`.
-    let workers: usize = if args.len() > 6 {
-        arg(&args, 6, "WORKERS")?
+    let workers_at = if args.get(1).is_some_and(|mode| mode == "local") {
+        7
+    } else {
+        6
+    };
+    let workers: usize = if args.len() > workers_at {
+        arg(&args, workers_at, "WORKERS")?
     } else {
         0
     };
@@ -225,7 +366,8 @@ fn main() -> Result<(), BoxError> {
 }
 
 async fn run(args: Vec<String>) -> Result<(), BoxError> {
-    let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE [WORKERS]";
+    let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE [WORKERS]\n       \
+                 many_streams local ADDR STREAMS ROUNDS SIZE BUFFER [WORKERS]";
     match args.get(1).map(String::as_str) {
         Some("server") => {
             serve(
@@ -242,6 +384,16 @@ async fn run(args: Vec<String>) -> Result<(), BoxError> {
                 arg(&args, 3, "PAIRS")?,
                 arg(&args, 4, "ROUNDS")?,
                 arg(&args, 5, "SIZE")?,
+            )
+            .await
+        }
+        Some("local") => {
+            local(
+                arg(&args, 2, "ADDR")?,
+                arg(&args, 3, "STREAMS")?,
+                arg(&args, 4, "ROUNDS")?,
+                arg(&args, 5, "SIZE")?,
+                arg(&args, 6, "BUFFER")?,
             )
             .await
         }

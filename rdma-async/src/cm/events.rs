@@ -3,9 +3,8 @@
 use std::io;
 use std::sync::Arc;
 
-use tokio::io::unix::AsyncFd;
-
-use crate::verbs::{self, CmEvent, EventChannel};
+use crate::reactor::{FdWaiter, SharedFd};
+use crate::verbs::{ChannelFd, CmEvent, EventChannel};
 
 /// Reads the events of one rdma_cm event channel as a future.
 ///
@@ -13,23 +12,30 @@ use crate::verbs::{self, CmEvent, EventChannel};
 /// event, and those that find none go back to waiting.
 #[derive(Debug)]
 pub(crate) struct CmEvents {
-    fd: AsyncFd<Arc<EventChannel>>,
+    channel: Arc<EventChannel>,
+    fd: Arc<SharedFd>,
 }
 
 impl CmEvents {
     pub(crate) fn new(channel: Arc<EventChannel>) -> io::Result<Self> {
         Ok(CmEvents {
-            fd: verbs::register_readable(channel)?,
+            fd: SharedFd::register(ChannelFd::new(channel.clone()))?,
+            channel,
         })
     }
 
     pub(crate) fn channel(&self) -> &Arc<EventChannel> {
-        self.fd.get_ref()
+        &self.channel
+    }
+
+    /// A slot for one more task that waits with `poll_*` calls (see [`FdWaiter`]).
+    pub(crate) fn waiter(&self) -> FdWaiter {
+        self.fd.waiter()
     }
 
     /// Takes an event if one is queued.
     pub(crate) fn try_next(&self) -> io::Result<Option<CmEvent>> {
-        match self.fd.get_ref().get_event() {
+        match self.channel.get_event() {
             Ok(event) => Ok(Some(event)),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
             Err(e) => Err(e),
@@ -39,7 +45,7 @@ impl CmEvents {
     /// Waits until the channel's descriptor is readable.
     pub(crate) async fn readable(
         &self,
-    ) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, Arc<EventChannel>>> {
+    ) -> io::Result<tokio::io::unix::AsyncFdReadyGuard<'_, ChannelFd>> {
         self.fd.readable().await
     }
 
@@ -49,7 +55,7 @@ impl CmEvents {
     pub(crate) async fn next(&self) -> io::Result<CmEvent> {
         loop {
             let mut guard = self.fd.readable().await?;
-            match guard.try_io(|fd| fd.get_ref().get_event()) {
+            match guard.try_io(|_| self.channel.get_event()) {
                 Ok(result) => return result,
                 Err(_would_block) => continue,
             }

@@ -173,8 +173,8 @@ impl CmLink {
     }
 
     /// A registration for one more task that waits with [`Self::poll_disconnected`].
-    pub(crate) fn waiter(&self) -> io::Result<FdWaiter> {
-        FdWaiter::new(self.events.channel().as_ref())
+    pub(crate) fn waiter(&self) -> FdWaiter {
+        self.events.waiter()
     }
 
     /// Waits until rdma_cm reports the connection closed (`RDMA_CM_EVENT_DISCONNECTED`),

@@ -77,10 +77,10 @@ impl Relay {
 }
 
 impl CmWatch {
-    /// Registers a duplicate of `link`'s channel descriptor (see [`FdWaiter`]).
+    /// Takes a slot on `link`'s channel registration (see [`FdWaiter`]).
     pub(crate) fn new(link: &CmLink) -> io::Result<Self> {
         Ok(CmWatch {
-            fd: link.waiter()?,
+            fd: link.waiter(),
             relayed: Relayed::default(),
         })
     }

@@ -13,8 +13,8 @@
 //! that sleeps under another waiter's arm is woken if that arm fails, and arms again.
 
 use std::io;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use std::task::{Context, Poll, Waker, ready};
 use std::time::Duration;
 
@@ -23,9 +23,11 @@ use tokio::task::coop;
 use super::arm_state::{ArmState, Claim};
 use super::spin_policy::SpinPolicy;
 use super::yield_policy::{WaitYields, YieldPolicy, note_look};
-use crate::reactor::FdWaiter;
+use crate::reactor::{FdWaiter, SharedFd};
 use crate::sync::AtomicU32;
-use crate::verbs::{CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion};
+use crate::verbs::{
+    ChannelFd, CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion,
+};
 
 /// What a caller of [`AsyncCq::poll_completions`] knows that saves work.
 #[derive(Debug, Clone, Copy, Default)]
@@ -74,12 +76,18 @@ impl std::fmt::Debug for BeforeSleep<'_> {
 
 /// A completion queue whose completions wake tasks.
 ///
-/// Each task that may wait gets its own [`FdWaiter`] (see [`crate::reactor`]); the queue itself
+/// Each task that may wait gets its own [`FdWaiter`] on the channel's one registration (see
+/// [`crate::reactor`]); the queue itself
 /// may be polled by any of them, but owners serialise polling when completions must be handled
 /// in order.
 #[derive(Debug)]
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
+    /// The channel's registration with the reactor, made when the first waiter comes (on the
+    /// runtime the waiting happens on).
+    registered: OnceLock<Arc<SharedFd>>,
+    /// Held while the registration is made, so that it is made once.
+    registering: Mutex<()>,
     /// Whether the busy-poll window has been paying off lately, and how long it is.
     spin: SpinPolicy,
     /// Whether yielding to other tasks before sleeping has been paying off lately.
@@ -100,6 +108,8 @@ impl AsyncCq {
     fn new(cq: Arc<CompletionQueue>, spin: SpinPolicy) -> Self {
         AsyncCq {
             cq,
+            registered: OnceLock::new(),
+            registering: Mutex::new(()),
             spin,
             yields: YieldPolicy::default(),
             arm: ArmState::default(),
@@ -141,7 +151,18 @@ impl AsyncCq {
 
     /// A registration for one more waiting task.
     pub(crate) fn waiter(&self) -> io::Result<FdWaiter> {
-        FdWaiter::new(self.cq.channel().as_ref())
+        if let Some(shared) = self.registered.get() {
+            return Ok(shared.waiter());
+        }
+        let _registering = self
+            .registering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(shared) = self.registered.get() {
+            return Ok(shared.waiter());
+        }
+        let shared = SharedFd::register(ChannelFd::new(self.cq.channel().clone()))?;
+        Ok(self.registered.get_or_init(|| shared).waiter())
     }
 
     /// Test hook: the next wait for completions fails as if `ibv_poll_cq` had failed.

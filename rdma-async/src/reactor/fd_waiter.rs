@@ -1,45 +1,157 @@
-//! Waiting for a channel descriptor to become readable, once per waiting side.
+//! One registration of a channel descriptor with the reactor, shared by every task that waits
+//! on it.
 //!
 //! Tokio's `AsyncFd::poll_read_ready` keeps only the most recent waker, so two tasks that wait
 //! on one descriptor (a stream's reader and writer) would steal each other's wake-ups; a
-//! cancelled write future could then leave the reader asleep for ever. Each side therefore gets
-//! its own registration, on a duplicate of the descriptor: epoll reports readiness to both.
+//! cancelled write future could then leave the reader asleep for ever. Registering a duplicate
+//! of the descriptor per task avoids that at the cost of a descriptor per task. Instead, the
+//! reactor holds one waker of the channel's own ([`Fanout`]), and each waiting task has a slot
+//! there ([`FdWaiter`]): readiness wakes every task in a slot, and each takes what it was
+//! waiting for from the channel or goes back to waiting.
 
 use std::io;
-use std::os::fd::{AsFd, OwnedFd};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
-use crate::verbs;
+use crate::verbs::{self, ChannelFd};
 
-/// One side's registration of a channel descriptor with the reactor.
+/// The one registration of a channel's descriptor.
+#[derive(Debug)]
+pub(crate) struct SharedFd {
+    fd: AsyncFd<ChannelFd>,
+    fanout: Arc<Fanout>,
+    /// `fanout` as a waker, made once.
+    fanout_waker: Waker,
+}
+
+/// The waker the reactor holds for a [`SharedFd`]: it wakes every task waiting in a slot.
+#[derive(Debug, Default)]
+struct Fanout {
+    slots: Mutex<Slots>,
+}
+
+/// The waiting tasks of one descriptor, by slot.
+#[derive(Debug, Default)]
+struct Slots {
+    /// `None` for a slot that is free, `Some(None)` for one in use with no task waiting.
+    wakers: Vec<Option<Option<Waker>>>,
+}
+
+/// One task's place among the waiters of a [`SharedFd`].
 #[derive(Debug)]
 pub(crate) struct FdWaiter {
-    fd: AsyncFd<OwnedFd>,
+    shared: Arc<SharedFd>,
+    slot: usize,
+}
+
+impl SharedFd {
+    /// Registers `channel`'s descriptor (owned by it, non-blocking) with the current runtime's
+    /// reactor.
+    pub(crate) fn register(channel: ChannelFd) -> io::Result<Arc<Self>> {
+        let fanout = Arc::new(Fanout::default());
+        Ok(Arc::new(SharedFd {
+            fd: verbs::register_readable(channel)?,
+            fanout_waker: Waker::from(fanout.clone()),
+            fanout,
+        }))
+    }
+
+    /// A slot for one more waiting task.
+    pub(crate) fn waiter(self: &Arc<Self>) -> FdWaiter {
+        FdWaiter {
+            slot: self.fanout.take_slot(),
+            shared: self.clone(),
+        }
+    }
+
+    /// Waits until the descriptor is readable, with any number of other tasks (Tokio's
+    /// `AsyncFd::readable`, which keeps a waker per waiting future).
+    pub(crate) async fn readable(&self) -> io::Result<AsyncFdReadyGuard<'_, ChannelFd>> {
+        self.fd.readable().await
+    }
+}
+
+impl Fanout {
+    fn lock(&self) -> MutexGuard<'_, Slots> {
+        // Waker slots: nothing a panic could leave half-updated.
+        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn take_slot(&self) -> usize {
+        let mut slots = self.lock();
+        match slots.wakers.iter().position(Option::is_none) {
+            Some(free) => {
+                slots.wakers[free] = Some(None);
+                free
+            }
+            None => {
+                slots.wakers.push(Some(None));
+                slots.wakers.len() - 1
+            }
+        }
+    }
+
+    fn free_slot(&self, slot: usize) {
+        let waker = self.lock().wakers[slot].take();
+        drop(waker);
+    }
+
+    /// Makes `waker` the task that `slot`'s next wake-up wakes.
+    fn set(&self, slot: usize, waker: &Waker) {
+        let mut slots = self.lock();
+        let entry = slots.wakers[slot].get_or_insert(None);
+        if !entry.as_ref().is_some_and(|w| w.will_wake(waker)) {
+            *entry = Some(waker.clone());
+        }
+    }
+}
+
+impl Wake for Fanout {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        // Taken under the lock, woken outside it: a waker dropped or woken may release a task
+        // that frees its own slot here. A stream has two or three waiters.
+        let mut few: [Option<Waker>; 4] = Default::default();
+        let mut more = Vec::new();
+        {
+            let mut slots = self.lock();
+            let waiting = slots.wakers.iter_mut().filter_map(|s| s.as_mut()?.take());
+            for (i, waker) in waiting.enumerate() {
+                match few.get_mut(i) {
+                    Some(place) => *place = Some(waker),
+                    None => more.push(waker),
+                }
+            }
+        }
+        few.into_iter().flatten().chain(more).for_each(Waker::wake);
+    }
 }
 
 impl FdWaiter {
-    /// Registers a duplicate of `channel`'s descriptor.
-    pub(crate) fn new(channel: &impl AsFd) -> io::Result<Self> {
-        let dup = channel.as_fd().try_clone_to_owned()?;
-        Ok(FdWaiter {
-            fd: verbs::register_readable(dup)?,
-        })
-    }
-
     /// Waits until the descriptor is readable. Callers drain the channel through its owner
-    /// and clear the readiness with the guard once the channel reports `WouldBlock`.
+    /// and clear the readiness with the guard once the channel reports `WouldBlock`; readiness
+    /// is the descriptor's, shared by every waiter, so one that finds the channel empty after
+    /// another drained it clears it and waits again.
     ///
     /// The registration belongs to the runtime it was made on: once that runtime is shut
     /// down, this fails (`ConnectionAborted`, saying so) on any runtime.
     pub(crate) fn poll_readable(
         &self,
         cx: &mut Context<'_>,
-    ) -> Poll<io::Result<AsyncFdReadyGuard<'_, OwnedFd>>> {
+    ) -> Poll<io::Result<AsyncFdReadyGuard<'_, ChannelFd>>> {
+        let shared = &*self.shared;
+        // This slot first, then the reactor's registration: readiness that comes in between
+        // wakes the slot's task.
+        shared.fanout.set(self.slot, cx.waker());
+        let mut fanout = Context::from_waker(&shared.fanout_waker);
         // The reactor's only error: its driver is gone (Tokio's own message does not say
         // which runtime, or what to do).
-        self.fd.poll_read_ready(cx).map_err(|e| {
+        shared.fd.poll_read_ready(&mut fanout).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 format!(
@@ -49,5 +161,57 @@ impl FdWaiter {
                 ),
             )
         })
+    }
+}
+
+impl Drop for FdWaiter {
+    fn drop(&mut self) {
+        self.shared.fanout.free_slot(self.slot);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn counter() -> (Arc<Count>, Waker) {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        (count.clone(), Waker::from(count))
+    }
+
+    #[test]
+    fn a_wake_up_wakes_every_waiting_slot_once_and_no_freed_one() {
+        let fanout = Arc::new(Fanout::default());
+        let wake = Waker::from(fanout.clone());
+        let slots: Vec<usize> = (0..6).map(|_| fanout.take_slot()).collect();
+        let counts: Vec<_> = slots
+            .iter()
+            .map(|&slot| {
+                let (count, waker) = counter();
+                fanout.set(slot, &waker);
+                count
+            })
+            .collect();
+        fanout.free_slot(slots[1]);
+        wake.wake_by_ref();
+        let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(woken, [1, 0, 1, 1, 1, 1], "six waiters, the second gone");
+        wake.wake_by_ref();
+        let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        assert_eq!(
+            woken,
+            [1, 0, 1, 1, 1, 1],
+            "a woken task waits again to be woken again"
+        );
+        assert_eq!(fanout.take_slot(), slots[1], "a freed slot is used again");
     }
 }

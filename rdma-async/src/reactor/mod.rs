@@ -1,5 +1,6 @@
 //! What registers with Tokio's reactor: completion queues whose completions wake tasks
-//! ([`AsyncCq`]), per-task registrations of channel descriptors ([`FdWaiter`]), the order of
+//! ([`AsyncCq`]), one registration per channel descriptor that any number of tasks wait on ([`SharedFd`],
+//! [`FdWaiter`]), the order of
 //! sends that signal only some work requests ([`SendOrder`]), and the busy-poll and yield
 //! heuristics of a wait, all here: how long to spin ([`SpinPolicy`]), when a waiting task lets
 //! others run ([`WaitYields`]), when an operation alone on its queue does ([`LoneYield`], by
@@ -23,7 +24,7 @@ mod yield_policy;
 
 pub(crate) use async_cq::{AsyncCq, BeforeSleep, WaitHints};
 pub(crate) use dispatch_yield::DispatchYield;
-pub(crate) use fd_waiter::FdWaiter;
+pub(crate) use fd_waiter::{FdWaiter, SharedFd};
 pub(crate) use lone_yield::{LoneYield, run_ready_tasks};
 pub(crate) use send_order::SendOrder;
 pub(crate) use spin_policy::SpinPolicy;

@@ -41,8 +41,8 @@ pub use device::Resource;
 #[cfg(rdma_async_hooks)]
 pub(crate) use device::fault_injection;
 pub(crate) use device::{
-    AsyncEventFd, CmDevices, DeviceList, RawAsyncEvent, ResourceError, binding_memlock_limit,
-    event_type_str, query_port_state, register_readable,
+    AsyncEventFd, ChannelFd, CmDevices, DeviceList, RawAsyncEvent, ResourceError,
+    binding_memlock_limit, event_type_str, query_port_state, register_readable,
 };
 pub(crate) use mr::{
     Access, MemoryWindow, OdpCaps, RegFlags, RegisteredBuffer, SlabSlice, SliceHome, UserBuffer,

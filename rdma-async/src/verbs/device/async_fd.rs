@@ -1,7 +1,9 @@
 //! Registering channel file descriptors with the Tokio reactor, made non-blocking first.
 
+use std::fmt;
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
@@ -29,6 +31,39 @@ pub(crate) unsafe trait OwnsFd {}
 
 // SAFETY: the channels own their fds (see their impls).
 unsafe impl<T: OwnsFd> OwnsFd for std::sync::Arc<T> {}
+
+/// A channel's descriptor together with a reference that keeps the channel, and so the
+/// descriptor, open: what one registration of a channel shared by several waiters holds, whatever
+/// the kind of channel.
+pub(crate) struct ChannelFd {
+    fd: RawFd,
+    _channel: Arc<dyn Send + Sync>,
+}
+
+impl ChannelFd {
+    pub(crate) fn new<C: AsRawFd + OwnsFd + Send + Sync + 'static>(channel: Arc<C>) -> Self {
+        ChannelFd {
+            fd: channel.as_raw_fd(),
+            _channel: channel,
+        }
+    }
+}
+
+impl AsRawFd for ChannelFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.fd
+    }
+}
+
+impl fmt::Debug for ChannelFd {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ChannelFd").field("fd", &self.fd).finish()
+    }
+}
+
+// SAFETY: `C: OwnsFd` keeps `fd` open and the same for as long as the channel lives, and the
+// `Arc` held here keeps the channel alive for as long as this value.
+unsafe impl OwnsFd for ChannelFd {}
 
 /// Makes `fd` non-blocking (`O_NONBLOCK`), as a channel's descriptor must be before it is
 /// registered.

@@ -15,7 +15,7 @@ mod resource;
 mod resource_limits;
 
 pub(crate) use async_events::{AsyncEventFd, RawAsyncEvent, event_type_str, query_port_state};
-pub(crate) use async_fd::register_readable;
+pub(crate) use async_fd::{ChannelFd, register_readable};
 pub(super) use async_fd::{OwnsFd, set_nonblocking};
 pub(crate) use cm_devices::CmDevices;
 pub(super) use device_attr::{device_name, query_device, query_port};
