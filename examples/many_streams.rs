@@ -42,6 +42,24 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 mod usage;
 use usage::Usage;
 
+/// Connection `i`'s `rounds` round trips of a `size`-byte message through an echo, each checked;
+/// gives the stream back.
+async fn ping_pong(mut stream: RStream, i: usize, size: usize, rounds: u64) -> io::Result<RStream> {
+    let msg: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
+    let mut back = vec![0; size];
+    for _ in 0..rounds {
+        stream.write_all(&msg).await?;
+        stream.read_exact(&mut back).await?;
+        if back != msg {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("connection {i}: the echo differs from what was sent"),
+            ));
+        }
+    }
+    Ok(stream)
+}
+
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
 }
@@ -152,23 +170,11 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
     let tasks: Vec<_> = streams
         .into_iter()
         .enumerate()
-        .map(|(i, mut stream)| {
+        .map(|(i, stream)| {
             let barrier = barrier.clone();
             tokio::spawn(async move {
-                let msg: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
-                let mut back = vec![0; size];
                 barrier.wait().await;
-                for _ in 0..rounds {
-                    stream.write_all(&msg).await?;
-                    stream.read_exact(&mut back).await?;
-                    if back != msg {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("connection {i}: the echo differs from what was sent"),
-                        ));
-                    }
-                }
-                Ok::<_, io::Error>(stream)
+                ping_pong(stream, i, size, rounds).await
             })
         })
         .collect();
@@ -278,23 +284,7 @@ async fn local(
     let tasks: Vec<_> = clients
         .into_iter()
         .enumerate()
-        .map(|(i, mut stream)| {
-            tokio::spawn(async move {
-                let msg: Vec<u8> = (0..size).map(|j| (i * 31 + j) as u8).collect();
-                let mut back = vec![0; size];
-                for _ in 0..rounds {
-                    stream.write_all(&msg).await?;
-                    stream.read_exact(&mut back).await?;
-                    if back != msg {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("connection {i}: the echo differs from what was sent"),
-                        ));
-                    }
-                }
-                Ok::<_, io::Error>(stream)
-            })
-        })
+        .map(|(i, stream)| tokio::spawn(ping_pong(stream, i, size, rounds)))
         .collect();
     let mut clients = Vec::with_capacity(pairs);
     for task in tasks {

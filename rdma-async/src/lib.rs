@@ -145,6 +145,8 @@ pub mod stream;
 mod sync;
 #[allow(unsafe_code)]
 mod verbs;
+#[cfg(test)]
+mod wake_count;
 
 #[cfg(feature = "rt-multi-thread")]
 pub use rdma_async_macros::{main, test};

@@ -156,15 +156,7 @@ impl Relayed {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::AtomicUsize;
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
+    use crate::wake_count::WakeCount;
 
     #[test]
     fn the_relay_counts_each_wake_up_and_wakes_the_last_task_set_each_time() {
@@ -177,16 +169,16 @@ mod tests {
             "counted with no task set"
         );
         let (first, second) = (
-            Arc::new(Count(AtomicUsize::new(0))),
-            Arc::new(Count(AtomicUsize::new(0))),
+            Arc::new(WakeCount::default()),
+            Arc::new(WakeCount::default()),
         );
         relay.set_task(&Waker::from(first.clone()));
         relay.set_task(&Waker::from(second.clone()));
         waker.wake_by_ref();
         waker.wake_by_ref();
         assert_eq!(relay.wakes.load(Ordering::Relaxed), 3);
-        assert_eq!(first.0.load(Ordering::Relaxed), 0, "replaced: not woken");
-        assert_eq!(second.0.load(Ordering::Relaxed), 2, "kept across wake-ups");
+        assert_eq!(first.get(), 0, "replaced: not woken");
+        assert_eq!(second.get(), 2, "kept across wake-ups");
     }
 }
 

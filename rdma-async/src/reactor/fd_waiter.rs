@@ -173,20 +173,7 @@ impl Drop for FdWaiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
-    struct Count(AtomicUsize);
-
-    impl Wake for Count {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    fn counter() -> (Arc<Count>, Waker) {
-        let count = Arc::new(Count(AtomicUsize::new(0)));
-        (count.clone(), Waker::from(count))
-    }
+    use crate::wake_count::counting_waker as counter;
 
     #[test]
     fn a_wake_up_wakes_every_waiting_slot_once_and_no_freed_one() {
@@ -203,10 +190,10 @@ mod tests {
             .collect();
         fanout.free_slot(slots[1]);
         wake.wake_by_ref();
-        let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        let woken: Vec<usize> = counts.iter().map(|c| c.get()).collect();
         assert_eq!(woken, [1, 0, 1, 1, 1, 1], "six waiters, the second gone");
         wake.wake_by_ref();
-        let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+        let woken: Vec<usize> = counts.iter().map(|c| c.get()).collect();
         assert_eq!(
             woken,
             [1, 0, 1, 1, 1, 1],

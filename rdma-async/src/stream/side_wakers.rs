@@ -220,27 +220,11 @@ impl Drop for Registration<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-
     use super::*;
-
-    /// A waker that counts its wake-ups.
-    #[derive(Default)]
-    struct Counter(AtomicUsize);
-
-    impl Wake for Counter {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
-    fn counter() -> (Arc<Counter>, Waker) {
-        let c = Arc::new(Counter::default());
-        (c.clone(), Waker::from(c))
-    }
+    use crate::wake_count::{WakeCount as Counter, counting_waker as counter};
 
     fn woken(c: &Counter) -> usize {
-        c.0.load(Ordering::SeqCst)
+        c.get()
     }
 
     /// Two tasks' counting wakers, each registered on `side` by a readiness future of its own
