@@ -87,21 +87,22 @@
 //! test, `tests/module_floors.rs`, reads the sources and holds them to this list):
 //!
 //! 1. `sync`: the atomics and locks that the loom model checks replace (`--cfg rdma_async_loom`).
-//! 2. `error`: what the crate's `io::Error`s carry, and the helpers that build them.
-//! 3. `verbs`: RAII owners of the C objects of libibverbs and librdmacm; all the `unsafe`.
-//! 4. `proto`: rsockets' wire protocol as a state machine, without I/O (sans-IO).
-//! 5. `reactor`: completion queues registered with Tokio, and the busy-poll and yield policies.
-//! 6. `memory`: registered memory as owned values (`LocalRegion`, `SharedRegion`,
+//! 2. `wake_count`: a waker that counts its wake-ups, for the host tests (test builds only).
+//! 3. `error`: what the crate's `io::Error`s carry, and the helpers that build them.
+//! 4. `verbs`: RAII owners of the C objects of libibverbs and librdmacm; all the `unsafe`.
+//! 5. `proto`: rsockets' wire protocol as a state machine, without I/O (sans-IO).
+//! 6. `reactor`: completion queues registered with Tokio, and the busy-poll and yield policies.
+//! 7. `memory`: registered memory as owned values (`LocalRegion`, `SharedRegion`,
 //!    `RemoteRegion`) and the range checks on it.
-//! 7. `device`: the machine's devices, their contexts, pools and events.
-//! 8. `cm`: connection management: resolving, connecting, listening, and waiting on a
+//! 8. `device`: the machine's devices, their contexts, pools and events.
+//! 9. `cm`: connection management: resolving, connecting, listening, and waiting on a
 //!    connection's completions and rdma_cm events together.
-//! 9. `rdma`: `RdmaConnection`, verbs-level operations on registered memory.
-//! 10. `endpoint`: `Endpoint`, messages over a reliable connection.
-//! 11. `stream`: `RStream` and `RListener`, the rsockets byte stream.
-//! 12. `datagram`: `RDatagram`, unreliable datagrams and multicast.
-//! 13. `integration`: hyper, axum and tonic over `RStream`.
-//! 14. `fuzzing`: the fuzz harnesses of the decoders of peer input.
+//! 10. `rdma`: `RdmaConnection`, verbs-level operations on registered memory.
+//! 11. `endpoint`: `Endpoint`, messages over a reliable connection.
+//! 12. `stream`: `RStream` and `RListener`, the rsockets byte stream.
+//! 13. `datagram`: `RDatagram`, unreliable datagrams and multicast.
+//! 14. `integration`: hyper, axum and tonic over `RStream`.
+//! 15. `fuzzing`: the fuzz harnesses of the decoders of peer input.
 //!
 //! # Words for memory that changes hands
 //!
