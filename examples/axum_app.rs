@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! axum_app [address:port]           # default 10.77.0.1:8080
+//! axum_app --help
 //! ```
 //!
 //! Try it with `http_client http://10.77.0.1:8080/whoami`.
@@ -13,13 +14,21 @@ use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
 use axum::serve::ListenerExt;
+use clap::Parser;
 use rdma_async::stream::RListener;
+
+/// An axum app served over RDMA, showing the peer's address from `ConnectInfo` at /whoami.
+#[derive(Debug, Parser)]
+#[command(name = "axum_app")]
+struct Options {
+    /// The address and port to listen on.
+    #[arg(value_name = "ADDRESS:PORT", default_value = "10.77.0.1:8080")]
+    addr: String,
+}
 
 #[rdma_async::main(flavor = "multi_thread")]
 async fn main() -> std::io::Result<()> {
-    let addr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "10.77.0.1:8080".into());
+    let Options { addr } = Options::parse();
     let listener = RListener::bind(addr).await?;
     println!("listening on http://{}", listener.local_addr()?);
     let app = Router::new()

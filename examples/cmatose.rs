@@ -11,8 +11,9 @@
 
 #[path = "tool_flags.rs"]
 mod tool_flags;
-use tool_flags::Flags;
+use tool_flags::Command;
 
+use std::ffi::OsString;
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -30,14 +31,11 @@ struct Args {
     size: usize,
 }
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage: cmatose [-s server_address] [-b bind_address] [-p port] [-c connections] [-C message_count] [-S message_size]"
-    );
-    ExitCode::from(1)
-}
+const USAGE: &str = "usage: cmatose [-s server_address] [-b bind_address] [-p port] [-c connections] [-C message_count] [-S message_size]";
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(
+    argv: impl IntoIterator<Item = impl Into<OsString>>,
+) -> Result<Command<Args>, String> {
     let mut args = Args {
         server: None,
         bind: None,
@@ -46,19 +44,22 @@ fn parse_args() -> Result<Args, String> {
         count: 10,
         size: 100,
     };
-    let mut flags = Flags::from_env();
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "-s" => args.server = Some(flags.value(&flag)?),
-            "-b" => args.bind = Some(flags.value(&flag)?),
-            "-p" => args.port = flags.parsed(&flag)?,
-            "-c" => args.connections = flags.parsed::<usize>(&flag)?,
-            "-C" => args.count = flags.parsed::<usize>(&flag)?,
-            "-S" => args.size = flags.parsed::<usize>(&flag)?,
-            other => return Err(format!("unknown flag {other}")),
+    let Command::Run(()) = tool_flags::read(argv, |flag, parser| {
+        match flag {
+            's' => args.server = Some(tool_flags::value(parser, flag)?),
+            'b' => args.bind = Some(tool_flags::value(parser, flag)?),
+            'p' => args.port = tool_flags::parsed(parser, flag)?,
+            'c' => args.connections = tool_flags::parsed(parser, flag)?,
+            'C' => args.count = tool_flags::parsed(parser, flag)?,
+            'S' => args.size = tool_flags::parsed(parser, flag)?,
+            _ => return Ok(false),
         }
-    }
-    Ok(args)
+        Ok(true)
+    })?
+    else {
+        return Ok(Command::Help);
+    };
+    Ok(Command::Run(args))
 }
 
 fn options(args: &Args) -> EndpointOptions {
@@ -144,13 +145,11 @@ async fn run_client(args: &Args, server: &str) -> io::Result<()> {
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
-        Ok(args) => args,
-        Err(e) => {
-            eprintln!("cmatose: {e}");
-            return usage();
-        }
-    };
+    let args =
+        match tool_flags::run_or_exit("cmatose", USAGE, parse_args(tool_flags::from_env()), 1) {
+            Ok(args) => args,
+            Err(status) => return status,
+        };
     let result = match &args.server {
         Some(server) => run_client(&args, server).await,
         None => run_server(&args).await,

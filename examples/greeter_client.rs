@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! greeter_client [--tcp] [--requests N] [uri]          # default http://10.77.0.1:50051
+//! greeter_client --help
 //! ```
 //!
 //!   scripts/softroce sh -c 'target/debug/examples/greeter_server 10.77.0.1:50051 &
@@ -18,14 +19,13 @@
 
 use std::time::Instant;
 
+use clap::Parser;
 use rdma_async::integration::hyper::RConnector;
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
 #[path = "common/timed_requests.rs"]
 mod timed_requests;
-#[path = "common/transport_args.rs"]
-mod transport_args;
 
 mod greeter {
     tonic::include_proto!("greeter");
@@ -35,32 +35,27 @@ use greeter::greeter_client::GreeterClient;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-const USAGE: &str = "usage: greeter_client [--tcp] [--requests N] [uri]";
-
-/// What the command line asked for.
-#[derive(Debug)]
+/// A tonic gRPC client over RDMA: one unary call and one server-streaming call to
+/// `greeter_server`, or many timed unary calls.
+#[derive(Debug, Parser)]
+#[command(name = "greeter_client")]
 struct Options {
+    /// Use kernel TCP (with TCP_NODELAY) instead of RDMA, to compare with
+    /// `greeter_server --tcp`.
+    #[arg(long)]
     tcp: bool,
-    /// Timed unary calls (`--requests`); `None` prints the demo's replies instead.
+    /// Make one unary call to open the channel, then N more one at a time on it, and print
+    /// their latency percentiles instead of the replies.
+    #[arg(long, value_name = "N", value_parser = timed_requests::positive_count)]
     requests: Option<usize>,
+    /// The server's URI.
+    #[arg(default_value = "http://10.77.0.1:50051")]
     uri: String,
-}
-
-fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let mut requests = None;
-    let parsed = transport_args::parse(args, "http://10.77.0.1:50051", |flag, rest| {
-        timed_requests::take_flag(flag, rest, &mut requests)
-    })?;
-    Ok(Options {
-        tcp: parsed.tcp,
-        requests,
-        uri: parsed.target,
-    })
 }
 
 #[tokio::main]
 async fn main() -> Result<(), BoxError> {
-    let opts = transport_args::or_exit("greeter_client", USAGE, parse(std::env::args().skip(1)));
+    let opts = Options::parse();
     let endpoint = Endpoint::from_shared(opts.uri.clone())?;
     let channel = if opts.tcp {
         endpoint.connect().await?
@@ -113,12 +108,18 @@ fn hello(count: u32) -> HelloRequest {
 
 #[cfg(test)]
 mod tests {
-    use super::transport_args::words;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("greeter_client").chain(args.iter().copied()))
+    }
 
     #[test]
     fn command_line_takes_tcp_a_count_and_the_uri() {
-        let opts = parse(words(&["--requests", "9", "http://10.0.0.2:1", "--tcp"]));
+        let opts = parse(&["--requests", "9", "http://10.0.0.2:1", "--tcp"]);
         let opts = opts.expect("valid options");
         assert!(opts.tcp);
         assert_eq!(
@@ -126,14 +127,28 @@ mod tests {
             (Some(9), "http://10.0.0.2:1")
         );
         // By default: the demo, over RDMA, to the guest's greeter.
-        let opts = parse(words(&[])).expect("no options");
+        let opts = parse(&[]).expect("no options");
         assert!(!opts.tcp);
         assert_eq!(
             (opts.requests, opts.uri.as_str()),
             (None, "http://10.77.0.1:50051")
         );
         for bad in [&["--requests"][..], &["--requests", "0"], &["--h2"]] {
-            assert!(parse(words(bad)).is_err(), "{bad:?} was accepted");
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn help_names_every_flag() {
+        Options::command().debug_assert();
+        let help = parse(&["-h"]).expect_err("help is not a run");
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        for word in ["Usage: greeter_client", "--tcp", "--requests <N>", "[URI]"] {
+            assert!(text.contains(word), "{word:?} missing from:\n{text}");
+        }
+        let bad = parse(&["--requests", "x"]).expect_err("a bad count");
+        assert_eq!(bad.kind(), ErrorKind::ValueValidation);
+        assert!(bad.to_string().contains("positive count"), "{bad}");
     }
 }

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! greeter_server [--tcp] [address:port]        # default 10.77.0.1:50051
+//! greeter_server --help
 //! ```
 //!
 //!   scripts/softroce cargo run --example greeter_server -- 10.77.0.1:50051
@@ -12,6 +13,7 @@
 
 use std::pin::Pin;
 
+use clap::Parser;
 use rdma_async::stream::RListener;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Server;
@@ -24,10 +26,17 @@ mod greeter {
 use greeter::greeter_server::{Greeter, GreeterServer};
 use greeter::{HelloReply, HelloRequest};
 
-#[path = "common/transport_args.rs"]
-mod transport_args;
-
-const USAGE: &str = "usage: greeter_server [--tcp] [address:port]";
+/// A tonic gRPC server over RDMA: the greeter of proto/greeter.proto.
+#[derive(Debug, Parser)]
+#[command(name = "greeter_server")]
+struct Options {
+    /// Serve over kernel TCP (with TCP_NODELAY) instead of RDMA, for comparisons.
+    #[arg(long)]
+    tcp: bool,
+    /// The address and port to listen on.
+    #[arg(value_name = "ADDRESS:PORT", default_value = "10.77.0.1:50051")]
+    addr: String,
+}
 
 type ReplyStream = Pin<Box<dyn Stream<Item = Result<HelloReply, Status>> + Send>>;
 
@@ -92,11 +101,7 @@ impl Greeter for Hello {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args = transport_args::parse(std::env::args().skip(1), "10.77.0.1:50051", |_, _| {
-        Ok(false)
-    });
-    let transport_args::TransportArgs { tcp, target: addr } =
-        transport_args::or_exit("greeter_server", USAGE, args);
+    let Options { tcp, addr } = Options::parse();
     let transport = if tcp { "TCP" } else { "RDMA" };
     let service = GreeterServer::new(Hello { transport });
     if tcp {

@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! http_client [--h2] [--tcp] [--requests N] [url]          # default http://10.77.0.1:8080/
+//! http_client --help
 //! ```
 //!
 //! `--h2` speaks HTTP/2 with prior knowledge (rdma_cm has no ALPN). `--tcp` uses kernel TCP
@@ -17,6 +18,7 @@
 use std::time::Instant;
 
 use bytes::Bytes;
+use clap::Parser;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::{Connect, HttpConnector};
@@ -25,43 +27,32 @@ use rdma_async::integration::hyper::RConnector;
 
 #[path = "common/timed_requests.rs"]
 mod timed_requests;
-#[path = "common/transport_args.rs"]
-mod transport_args;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
-const USAGE: &str = "usage: http_client [--h2] [--tcp] [--requests N] [url]";
-
-/// What the command line asked for.
+/// An HTTP client over RDMA (hyper-util's pooled client): GETs a URL three times on one
+/// kept-alive connection and prints the bodies, or times many GETs.
+#[derive(Debug, Parser)]
+#[command(name = "http_client")]
 struct Options {
+    /// Speak HTTP/2 with prior knowledge (rdma_cm has no ALPN).
+    #[arg(long)]
     h2: bool,
+    /// Use kernel TCP (with TCP_NODELAY) instead of RDMA, to compare with `http_server --tcp`.
+    #[arg(long)]
     tcp: bool,
-    /// Timed requests (`--requests`); `None` prints three bodies instead.
+    /// Send one GET to open the connection, then N more one at a time on it, and print their
+    /// latency percentiles instead of the bodies.
+    #[arg(long, value_name = "N", value_parser = timed_requests::positive_count)]
     requests: Option<usize>,
+    /// The URL to GET.
+    #[arg(default_value = "http://10.77.0.1:8080/")]
     url: hyper::Uri,
-}
-
-fn parse(args: impl Iterator<Item = String>) -> Result<Options, String> {
-    let (mut h2, mut requests) = (false, None);
-    let parsed = transport_args::parse(args, "http://10.77.0.1:8080/", |flag, rest| {
-        if flag == "--h2" {
-            h2 = true;
-            return Ok(true);
-        }
-        timed_requests::take_flag(flag, rest, &mut requests)
-    })?;
-    let url = &parsed.target;
-    Ok(Options {
-        h2,
-        tcp: parsed.tcp,
-        requests,
-        url: url.parse().map_err(|e| format!("bad url {url:?}: {e}"))?,
-    })
 }
 
 #[rdma_async::main(flavor = "multi_thread")]
 async fn main() -> Result<(), BoxError> {
-    let opts = transport_args::or_exit("http_client", USAGE, parse(std::env::args().skip(1)));
+    let opts = Options::parse();
     let builder = Client::builder(TokioExecutor::new())
         .http2_only(opts.h2)
         .clone();
@@ -117,19 +108,19 @@ where
 
 #[cfg(test)]
 mod tests {
-    use super::transport_args::words as args;
+    use clap::CommandFactory;
+    use clap::error::ErrorKind;
+
     use super::*;
+
+    fn parse(args: &[&str]) -> Result<Options, clap::Error> {
+        Options::try_parse_from(std::iter::once("http_client").chain(args.iter().copied()))
+    }
 
     #[test]
     fn flags_and_url_are_read_in_any_order() {
-        let opts = parse(args(&[
-            "--tcp",
-            "http://10.0.0.2:81/x",
-            "--requests",
-            "7",
-            "--h2",
-        ]))
-        .expect("valid options");
+        let opts = parse(&["--tcp", "http://10.0.0.2:81/x", "--requests", "7", "--h2"])
+            .expect("valid options");
         assert!(opts.tcp && opts.h2);
         assert_eq!(opts.requests, Some(7));
         assert_eq!(opts.url, "http://10.0.0.2:81/x");
@@ -137,7 +128,7 @@ mod tests {
 
     #[test]
     fn defaults_print_bodies_over_rdma() {
-        let opts = parse(args(&[])).expect("no options");
+        let opts = parse(&[]).expect("no options");
         assert!(!opts.tcp && !opts.h2);
         assert_eq!(opts.requests, None);
         assert_eq!(opts.url, "http://10.77.0.1:8080/");
@@ -152,7 +143,27 @@ mod tests {
             &["-v"],
             &["http://[::1"],
         ] {
-            assert!(parse(args(bad)).is_err(), "{bad:?} was accepted");
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
+    }
+
+    #[test]
+    fn help_names_every_flag() {
+        Options::command().debug_assert();
+        let help = parse(&["--help"]).expect_err("help is not a run");
+        assert_eq!(help.kind(), ErrorKind::DisplayHelp);
+        let text = help.to_string();
+        for word in [
+            "Usage: http_client",
+            "--h2",
+            "--tcp",
+            "--requests <N>",
+            "[URL]",
+        ] {
+            assert!(text.contains(word), "{word:?} missing from:\n{text}");
+        }
+        let bad = parse(&["--udp"]).expect_err("an unknown flag");
+        assert_eq!(bad.kind(), ErrorKind::UnknownArgument);
+        assert!(bad.to_string().contains("Usage: http_client"), "{bad}");
     }
 }

@@ -2,6 +2,7 @@
 //!
 //! ```text
 //! http_server [--tcp] [address:port]        # default 10.77.0.1:8080
+//! http_server --help
 //! ```
 //!
 //! `POST /echo` answers with the request's body, unchanged; every other request gets a greeting
@@ -12,6 +13,7 @@
 use std::net::SocketAddr;
 
 use bytes::Bytes;
+use clap::Parser;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -21,16 +23,21 @@ use rdma_async::stream::RListener;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 
-#[path = "common/transport_args.rs"]
-mod transport_args;
-
-const USAGE: &str = "usage: http_server [--tcp] [address:port]";
+/// An HTTP server (hyper, HTTP/1.1 or HTTP/2 prior knowledge) over RDMA.
+#[derive(Debug, Parser)]
+#[command(name = "http_server")]
+struct Options {
+    /// Serve over kernel TCP (with TCP_NODELAY) instead of RDMA, for comparisons.
+    #[arg(long)]
+    tcp: bool,
+    /// The address and port to listen on.
+    #[arg(value_name = "ADDRESS:PORT", default_value = "10.77.0.1:8080")]
+    addr: String,
+}
 
 #[rdma_async::main(flavor = "multi_thread")]
 async fn main() -> std::io::Result<()> {
-    let args = transport_args::parse(std::env::args().skip(1), "10.77.0.1:8080", |_, _| Ok(false));
-    let transport_args::TransportArgs { tcp, target: addr } =
-        transport_args::or_exit("http_server", USAGE, args);
+    let Options { tcp, addr } = Options::parse();
     if tcp {
         let listener = TcpListener::bind(&addr).await?;
         println!("over TCP, listening on http://{}", listener.local_addr()?);

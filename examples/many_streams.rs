@@ -15,7 +15,7 @@
 //!                                                  rings and 16-deep queues; ROUNDS round trips of SIZE bytes on
 //!                                                  each, all at once
 //!
-//! An optional last argument, WORKERS, runs a side on a multi-thread runtime with that many
+//! `many_streams --help` prints the usage. An optional last argument, WORKERS, runs a side on a multi-thread runtime with that many
 //! workers (as `#[tokio::main]` does); without it (or with 0) on a current-thread runtime.
 //!
 //! `local` reports what holding many streams costs: the time to open them all (setup_secs),
@@ -32,6 +32,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::Barrier;
@@ -60,15 +61,9 @@ async fn ping_pong(mut stream: RStream, i: usize, size: usize, rounds: u64) -> i
     Ok(stream)
 }
 
+/// Descriptors this process holds. From /proc: getrusage has no such figure.
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
-
-fn arg<T: std::str::FromStr>(args: &[String], i: usize, what: &str) -> Result<T, BoxError> {
-    args.get(i)
-        .ok_or_else(|| format!("missing {what}"))?
-        .parse()
-        .map_err(|_| format!("bad {what}: {:?}", args[i]).into())
 }
 
 /// Prints the report of one side.
@@ -206,7 +201,8 @@ async fn client(addr: SocketAddr, pairs: usize, rounds: u64, size: usize) -> Res
     Ok(())
 }
 
-/// This process's resident memory, in KiB (`VmRSS`).
+/// This process's resident memory now, in KiB (`VmRSS`). From /proc: getrusage has only the
+/// peak (`ru_maxrss`), which never falls, so it could not show what the streams add.
 fn rss_kib() -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
@@ -330,20 +326,59 @@ where
     out
 }
 
+/// Many `RStream` connections ping-ponging at once; each side prints one line of `key=value`
+/// figures (transfers per second, CPU time and context switches per transfer, descriptors per
+/// connection).
+#[derive(Debug, Parser)]
+#[command(name = "many_streams")]
+enum Options {
+    /// Serve PAIRS connections, echo ROUNDS messages of SIZE bytes on each, then report.
+    Server(Pairs),
+    /// Open PAIRS connections and make ROUNDS round trips of SIZE bytes on each, all at once.
+    Client(Pairs),
+    /// One process holding STREAMS streams (an echo server on ADDR and STREAMS / 2 connections
+    /// to it, with BUFFER-byte rings): ROUNDS round trips of SIZE bytes on each, all at once.
+    Local {
+        /// The address and port the echo server listens on.
+        addr: SocketAddr,
+        /// Streams held, both ends of each connection counted.
+        streams: usize,
+        /// Round trips on each connection.
+        rounds: u64,
+        /// Bytes per message.
+        size: usize,
+        /// Bytes of each stream's rings.
+        buffer: u32,
+        /// Worker threads of a multi-thread runtime; 0 runs on a current-thread runtime.
+        #[arg(default_value_t = 0)]
+        workers: usize,
+    },
+}
+
+/// The arguments of either side of the two-process exchange.
+#[derive(Debug, clap::Args)]
+struct Pairs {
+    /// The server's address and port: where it listens, or where the client connects.
+    addr: SocketAddr,
+    /// Connections.
+    pairs: usize,
+    /// Round trips on each connection.
+    rounds: u64,
+    /// Bytes per message.
+    size: usize,
+    /// Worker threads of a multi-thread runtime; 0 runs on a current-thread runtime.
+    #[arg(default_value_t = 0)]
+    workers: usize,
+}
+
 fn main() -> Result<(), BoxError> {
-    let args: Vec<String> = std::env::args().collect();
-    // WORKERS, optional: 0 (the default) runs on a current-thread runtime, as
+    let options = Options::parse();
+    // WORKERS: 0 (the default) runs on a current-thread runtime, as
     // `#[rdma_async::main(flavor = "current_thread")]` does; N on a multi-thread runtime with N
     // workers, as `#[tokio::main]`.
-    let workers_at = if args.get(1).is_some_and(|mode| mode == "local") {
-        7
-    } else {
-        6
-    };
-    let workers: usize = if args.len() > workers_at {
-        arg(&args, workers_at, "WORKERS")?
-    } else {
-        0
+    let workers = match &options {
+        Options::Server(side) | Options::Client(side) => side.workers,
+        Options::Local { workers, .. } => *workers,
     };
     let mut builder = if workers == 0 {
         tokio::runtime::Builder::new_current_thread()
@@ -352,41 +387,20 @@ fn main() -> Result<(), BoxError> {
         builder.worker_threads(workers);
         builder
     };
-    builder.enable_all().build()?.block_on(run(args))
+    builder.enable_all().build()?.block_on(run(options))
 }
 
-async fn run(args: Vec<String>) -> Result<(), BoxError> {
-    let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE [WORKERS]\n       \
-                 many_streams local ADDR STREAMS ROUNDS SIZE BUFFER [WORKERS]";
-    match args.get(1).map(String::as_str) {
-        Some("server") => {
-            serve(
-                arg(&args, 2, "ADDR")?,
-                arg(&args, 3, "PAIRS")?,
-                arg(&args, 4, "ROUNDS")?,
-                arg(&args, 5, "SIZE")?,
-            )
-            .await
-        }
-        Some("client") => {
-            client(
-                arg(&args, 2, "ADDR")?,
-                arg(&args, 3, "PAIRS")?,
-                arg(&args, 4, "ROUNDS")?,
-                arg(&args, 5, "SIZE")?,
-            )
-            .await
-        }
-        Some("local") => {
-            local(
-                arg(&args, 2, "ADDR")?,
-                arg(&args, 3, "STREAMS")?,
-                arg(&args, 4, "ROUNDS")?,
-                arg(&args, 5, "SIZE")?,
-                arg(&args, 6, "BUFFER")?,
-            )
-            .await
-        }
-        _ => Err(usage.into()),
+async fn run(options: Options) -> Result<(), BoxError> {
+    match options {
+        Options::Server(side) => serve(side.addr, side.pairs, side.rounds, side.size).await,
+        Options::Client(side) => client(side.addr, side.pairs, side.rounds, side.size).await,
+        Options::Local {
+            addr,
+            streams,
+            rounds,
+            size,
+            buffer,
+            ..
+        } => local(addr, streams, rounds, size, buffer).await,
     }
 }

@@ -15,8 +15,9 @@
 
 #[path = "tool_flags.rs"]
 mod tool_flags;
-use tool_flags::Flags;
+use tool_flags::Command;
 
+use std::ffi::OsString;
 use std::io;
 use std::net::IpAddr;
 use std::process::ExitCode;
@@ -34,14 +35,11 @@ struct Args {
     size: usize,
 }
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage: mckey -m multicast_address -b bind_address [-s] [-c connections] [-C message_count] [-S message_size] [-p port_space]"
-    );
-    ExitCode::from(1)
-}
+const USAGE: &str = "usage: mckey -m multicast_address -b bind_address [-s] [-c connections] [-C message_count] [-S message_size] [-p port_space]";
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(
+    argv: impl IntoIterator<Item = impl Into<OsString>>,
+) -> Result<Command<Args>, String> {
     let mut args = Args {
         group: None,
         bind: None,
@@ -50,31 +48,34 @@ fn parse_args() -> Result<Args, String> {
         count: 10,
         size: 100,
     };
-    let mut flags = Flags::from_env();
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "-m" => args.group = Some(flags.parsed(&flag)?),
-            "-b" => args.bind = Some(flags.value(&flag)?),
-            "-s" => args.sender = true,
-            "-c" => args.connections = flags.parsed::<usize>(&flag)?.max(1),
-            "-C" => args.count = flags.parsed::<usize>(&flag)?,
-            "-S" => args.size = flags.parsed::<usize>(&flag)?,
-            "-p" => {
-                let space = flags.value(&flag)?;
+    let Command::Run(()) = tool_flags::read(argv, |flag, parser| {
+        match flag {
+            'm' => args.group = Some(tool_flags::parsed(parser, flag)?),
+            'b' => args.bind = Some(tool_flags::value(parser, flag)?),
+            's' => args.sender = true,
+            'c' => args.connections = tool_flags::parsed::<usize>(parser, flag)?.max(1),
+            'C' => args.count = tool_flags::parsed(parser, flag)?,
+            'S' => args.size = tool_flags::parsed(parser, flag)?,
+            'p' => {
+                let space = tool_flags::value(parser, flag)?;
                 if !matches!(space.as_str(), "0x0111" | "273") {
                     return Err(format!(
                         "port space {space}: only UDP (0x0111) is supported"
                     ));
                 }
             }
-            "-M" | "-o" | "-l" => return Err(format!("{flag} is not supported")),
-            other => return Err(format!("unknown flag {other}")),
+            'M' | 'o' | 'l' => return Err(format!("-{flag} is not supported")),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?
+    else {
+        return Ok(Command::Help);
+    };
     if args.size == 0 {
         args.count = 0;
     }
-    Ok(args)
+    Ok(Command::Run(args))
 }
 
 async fn run(args: &Args) -> io::Result<()> {
@@ -145,12 +146,10 @@ async fn exchange(args: &Args, group: IpAddr, sockets: &[RDatagram]) -> io::Resu
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
+    let args = match tool_flags::run_or_exit("mckey", USAGE, parse_args(tool_flags::from_env()), 1)
+    {
         Ok(args) => args,
-        Err(e) => {
-            eprintln!("mckey: {e}");
-            return usage();
-        }
+        Err(status) => return status,
     };
     let result = run(&args).await;
     println!("test complete");

@@ -5,6 +5,7 @@
 //!
 //!     msg_rate server ADDR KIND DEPTH SIZE            serve one client, then report
 //!     msg_rate client ADDR KIND DEPTH SIZE COUNT      COUNT messages, then report
+//!     msg_rate --help
 //!
 //! SIZE is at least 8 (the first message carries COUNT). KIND is `send` (an `Endpoint`: the client sends, the server receives every message) or
 //! `write` (an `RdmaConnection`: the client RDMA-writes into a region the server advertised,
@@ -18,6 +19,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use rdma_async::cm::CmListener;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
@@ -211,46 +213,72 @@ async fn client_write(
     Ok(())
 }
 
-fn usage_exit() -> ! {
-    eprintln!(
-        "usage: msg_rate server ADDR send|write DEPTH SIZE | \
-         msg_rate client ADDR send|write DEPTH SIZE COUNT"
-    );
-    std::process::exit(2)
+/// Message rate at a queue depth: `Endpoint` sends or `RdmaConnection` RDMA writes of SIZE
+/// bytes with up to DEPTH in flight; each side prints one line of `key=value` figures.
+#[derive(Debug, Parser)]
+#[command(name = "msg_rate")]
+enum Options {
+    /// Serve one client, then report.
+    Server(Shape),
+    /// Send COUNT messages, then report.
+    Client {
+        #[command(flatten)]
+        shape: Shape,
+        /// Messages to send.
+        count: u64,
+    },
+}
+
+/// What both sides are told: where, what and how much at once.
+#[derive(Debug, clap::Args)]
+struct Shape {
+    /// The server's address and port: where it listens, or where the client connects.
+    addr: SocketAddr,
+    kind: Kind,
+    /// Messages in flight.
+    #[arg(value_parser = clap::value_parser!(u32).range(1..))]
+    depth: u32,
+    /// Bytes per message; at least 8, as the first message carries COUNT.
+    #[arg(value_parser = clap::value_parser!(u64).range(DONE_LEN as u64..))]
+    size: u64,
+}
+
+/// How messages travel.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Kind {
+    /// An `Endpoint`: the client sends, the server receives every message.
+    Send,
+    /// An `RdmaConnection`: the client RDMA-writes into a region the server advertised.
+    Write,
 }
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let arg = |i: usize| {
-        args.get(i)
-            .map(String::as_str)
-            .unwrap_or_else(|| usage_exit())
-    };
-    let number = |i: usize| -> u64 { arg(i).parse().unwrap_or_else(|_| usage_exit()) };
-    let addr: SocketAddr = arg(1).parse().unwrap_or_else(|_| usage_exit());
-    let (kind, depth, size) = (arg(2), number(3) as u32, number(4) as usize);
-    // The first message carries the count (8 bytes).
-    if depth == 0 || size < DONE_LEN {
-        usage_exit();
-    }
-    let result = match (arg(0), kind) {
-        ("server", kind) => match CmListener::bind(addr).await {
+    let result = match Options::parse() {
+        Options::Server(Shape {
+            addr,
+            kind,
+            depth,
+            size,
+        }) => match CmListener::bind(addr).await {
             Ok(listener) => {
                 if let Ok(local) = listener.local_addr() {
                     println!("listening on {local}");
                 }
                 match kind {
-                    "send" => serve_send(listener, depth, size).await,
-                    "write" => serve_write(listener, depth, size).await,
-                    _ => usage_exit(),
+                    Kind::Send => serve_send(listener, depth, size as usize).await,
+                    Kind::Write => serve_write(listener, depth, size as usize).await,
                 }
             }
             Err(e) => Err(e.into()),
         },
-        ("client", "send") => client_send(addr, depth, size, number(5)).await,
-        ("client", "write") => client_write(addr, depth, size, number(5)).await,
-        _ => usage_exit(),
+        Options::Client { shape, count } => {
+            let (addr, depth, size) = (shape.addr, shape.depth, shape.size as usize);
+            match shape.kind {
+                Kind::Send => client_send(addr, depth, size, count).await,
+                Kind::Write => client_write(addr, depth, size, count).await,
+            }
+        }
     };
     if let Err(e) = result {
         eprintln!("msg_rate: {e}");

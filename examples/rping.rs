@@ -14,6 +14,11 @@
 //! disconnects after `-C` pings (forever without `-C`); the server serves one client (`-P`: one
 //! after another, for ever). Port 7174 and 64-byte pings by default.
 
+#[path = "tool_flags.rs"]
+mod tool_flags;
+pub use tool_flags::Command;
+
+use std::ffi::OsString;
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::process::ExitCode;
@@ -43,19 +48,15 @@ pub struct Args {
     tos: Option<u8>,
 }
 
-fn usage() -> ExitCode {
-    eprintln!("usage: rping -s [-vVdP] [-S size] [-C count] [-a addr] [-p port]");
-    eprintln!("       rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port]");
-    ExitCode::from(22)
-}
+const USAGE: &str = "\
+usage: rping -s [-vVdP] [-S size] [-C count] [-a addr] [-p port] [-t tos]
+       rping -c [-vVd] [-S size] [-C count] [-I addr] -a addr [-p port] [-t tos]";
 
-fn ip(value: &str) -> Result<IpAddr, String> {
-    value.parse().map_err(|e| format!("address {value}: {e}"))
-}
-
-/// getopt-style parsing of rping's option string `a:I:Pp:C:S:t:scvVdq`: flags may be grouped
+/// rping's option string `a:I:Pp:C:S:t:scvVdq`, read as getopt reads it: flags may be grouped
 /// (`-vV`) and values attached (`-C10`) or separate (`-C 10`).
-pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String> {
+pub fn parse_args(
+    argv: impl IntoIterator<Item = impl Into<OsString>>,
+) -> Result<Command<Args>, String> {
     let mut args = Args {
         server: false,
         addr: None,
@@ -70,58 +71,43 @@ pub fn parse_args(argv: impl IntoIterator<Item = String>) -> Result<Args, String
         tos: None,
     };
     let mut side = None;
-    let mut it = argv.into_iter();
-    while let Some(arg) = it.next() {
-        let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) else {
-            return Err(format!("unexpected argument {arg}"));
-        };
-        for (i, flag) in flags.char_indices() {
-            if "aIpCSt".contains(flag) {
-                let rest = &flags[i + flag.len_utf8()..];
-                let value = if rest.is_empty() {
-                    it.next().ok_or_else(|| format!("-{flag} needs a value"))?
-                } else {
-                    rest.to_owned()
-                };
-                let number = |v: &str| v.parse::<u64>().map_err(|e| format!("-{flag} {v}: {e}"));
-                match flag {
-                    'a' => args.addr = Some(ip(&value)?),
-                    'I' => args.bind = Some(ip(&value)?),
-                    'p' => args.port = value.parse().map_err(|e| format!("-p {value}: {e}"))?,
-                    'C' => args.count = Some(number(&value)?).filter(|&c| c > 0),
-                    'S' => {
-                        let size = number(&value)? as usize;
-                        if !(MIN_SIZE..MAX_SIZE).contains(&size) {
-                            return Err(format!(
-                                "invalid size {size} (min {MIN_SIZE} max {})",
-                                MAX_SIZE - 1
-                            ));
-                        }
-                        args.size = size;
-                    }
-                    't' => args.tos = Some(value.parse().map_err(|e| format!("-t {value}: {e}"))?),
-                    _ => {}
+    let Command::Run(()) = tool_flags::read(argv, |flag, parser| {
+        match flag {
+            'a' => args.addr = Some(tool_flags::parsed(parser, flag)?),
+            'I' => args.bind = Some(tool_flags::parsed(parser, flag)?),
+            'p' => args.port = tool_flags::parsed(parser, flag)?,
+            'C' => args.count = Some(tool_flags::parsed(parser, flag)?).filter(|&c| c > 0),
+            'S' => {
+                let size: usize = tool_flags::parsed(parser, flag)?;
+                if !(MIN_SIZE..MAX_SIZE).contains(&size) {
+                    return Err(format!(
+                        "invalid size {size} (min {MIN_SIZE} max {})",
+                        MAX_SIZE - 1
+                    ));
                 }
-                break;
+                args.size = size;
             }
-            match flag {
-                's' => side = Some(true),
-                'c' => side = Some(false),
-                'v' => args.verbose = true,
-                'V' => args.validate = true,
-                'd' => args.debug = true,
-                'P' => args.persistent = true,
-                // -q makes C rping create and move its QP itself; ours always lets rdma_cm.
-                'q' => {}
-                other => return Err(format!("unknown flag -{other}")),
-            }
+            't' => args.tos = Some(tool_flags::parsed(parser, flag)?),
+            's' => side = Some(true),
+            'c' => side = Some(false),
+            'v' => args.verbose = true,
+            'V' => args.validate = true,
+            'd' => args.debug = true,
+            'P' => args.persistent = true,
+            // -q makes C rping create and move its QP itself; ours always lets rdma_cm.
+            'q' => {}
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?
+    else {
+        return Ok(Command::Help);
+    };
     args.server = side.ok_or("one of -s or -c is required")?;
     if !args.server && args.addr.is_none() {
         return Err("the client needs -a addr".to_owned());
     }
-    Ok(args)
+    Ok(Command::Run(args))
 }
 
 fn id_options(args: &Args) -> IdOptions {
@@ -340,12 +326,11 @@ pub async fn serve_listener(args: &Args, listener: CmListener) -> io::Result<()>
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match parse_args(std::env::args().skip(1)) {
+    // Status 22 (EINVAL) on a bad command line, as rping.c.
+    let args = match tool_flags::run_or_exit("rping", USAGE, parse_args(tool_flags::from_env()), 22)
+    {
         Ok(args) => args,
-        Err(e) => {
-            eprintln!("rping: {e}");
-            return usage();
-        }
+        Err(status) => return status,
     };
     let result = if args.server {
         run_server(&args).await
@@ -369,7 +354,10 @@ mod tests {
     use super::*;
 
     fn parse(line: &str) -> Result<Args, String> {
-        parse_args(line.split_whitespace().map(str::to_owned))
+        match parse_args(line.split_whitespace())? {
+            Command::Run(args) => Ok(args),
+            Command::Help => Err(format!("{line:?} asked for help")),
+        }
     }
 
     #[test]
@@ -384,6 +372,29 @@ mod tests {
         assert!(parse("-c").is_err(), "the client needs an address");
         assert!(parse("-s -S 10").is_err(), "below rping's minimum size");
         assert!(parse("-v").is_err(), "a side is required");
+    }
+
+    #[test]
+    fn help_is_asked_for_and_bad_flags_are_named() {
+        for help in ["-h", "--help", "-c -a 10.0.0.1 -h"] {
+            let parsed = parse_args(help.split_whitespace());
+            assert!(matches!(parsed, Ok(Command::Help)), "{help}: {parsed:?}");
+        }
+        assert!(USAGE.starts_with("usage: rping -s"));
+        assert_eq!(parse("-s -x").unwrap_err(), "invalid option '-x'");
+        assert_eq!(
+            parse("-s -C").unwrap_err(),
+            "option requires an argument -- 'C'"
+        );
+        assert!(
+            parse("-c -a 10.0.0.256")
+                .unwrap_err()
+                .starts_with("-a 10.0.0.256: ")
+        );
+        assert_eq!(
+            parse("-s extra").unwrap_err(),
+            "unexpected argument \"extra\""
+        );
     }
 
     #[test]

@@ -51,6 +51,8 @@ mod pattern;
 mod plan;
 #[path = "rstream/report.rs"]
 mod report;
+#[path = "tool_flags.rs"]
+mod tool_flags;
 #[path = "rstream/transport.rs"]
 mod transport;
 
@@ -233,14 +235,14 @@ async fn run(opts: &Options) -> io::Result<()> {
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let opts = match options::parse(std::env::args().skip(1)) {
+    let opts = match tool_flags::run_or_exit(
+        "rstream",
+        options::USAGE,
+        options::parse(tool_flags::from_env()),
+        1,
+    ) {
         Ok(opts) => opts,
-        Err(msg) => {
-            eprintln!("rstream: {msg}");
-            // Like rstream.c: usage on stdout, status 1.
-            println!("{}", options::USAGE);
-            return ExitCode::from(1);
-        }
+        Err(status) => return status,
     };
     for note in &opts.notes {
         eprintln!("rstream: {note}");

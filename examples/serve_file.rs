@@ -5,6 +5,7 @@
 //!     serve_file server ADDR FILE         serve FILE to one client, then exit
 //!     serve_file client ADDR OUT [CHUNK]  fetch the file into OUT, CHUNK bytes per RDMA read
 //!                                         (default 1 MiB)
+//!     serve_file --help
 //!
 //! The server sends one message: the file's remote descriptor (`RemoteRegion::to_bytes`, 16
 //! bytes). The client reads, writes OUT, and answers with one message when done, so the server
@@ -16,6 +17,7 @@ use std::io::{self, Write};
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use clap::Parser;
 use rdma_async::cm::CmListener;
 use rdma_async::device::PoolOptions;
 use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteRegion};
@@ -99,23 +101,35 @@ async fn client(addr: SocketAddr, out: &str, chunk: usize) -> Result<(), BoxErro
     Ok(())
 }
 
-fn usage() -> ! {
-    eprintln!("usage: serve_file server ADDR FILE | serve_file client ADDR OUT [CHUNK]");
-    std::process::exit(2)
+/// Serves a file by RDMA read (the server registers a read-only mapping of it), or fetches it
+/// with RDMA reads.
+#[derive(Debug, Parser)]
+#[command(name = "serve_file")]
+enum Options {
+    /// Serve FILE to one client, then exit.
+    Server {
+        /// The address and port to listen on.
+        addr: SocketAddr,
+        /// The file to serve.
+        file: String,
+    },
+    /// Fetch the file into OUT, CHUNK bytes per RDMA read.
+    Client {
+        /// The server's address and port.
+        addr: SocketAddr,
+        /// Where to write the file.
+        out: String,
+        /// Bytes per RDMA read.
+        #[arg(default_value_t = 1 << 20)]
+        chunk: usize,
+    },
 }
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let parse_addr = |s: &str| -> SocketAddr { s.parse().unwrap_or_else(|_| usage()) };
-    let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["server", addr, path] => server(parse_addr(addr), path).await,
-        ["client", addr, out] => client(parse_addr(addr), out, 1 << 20).await,
-        ["client", addr, out, chunk] => {
-            let chunk = chunk.parse().unwrap_or_else(|_| usage());
-            client(parse_addr(addr), out, chunk).await
-        }
-        _ => usage(),
+    let result = match Options::parse() {
+        Options::Server { addr, file } => server(addr, &file).await,
+        Options::Client { addr, out, chunk } => client(addr, &out, chunk).await,
     };
     if let Err(e) = result {
         eprintln!("serve_file: {e}");

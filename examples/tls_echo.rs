@@ -4,11 +4,12 @@
 //! and connects a client that trusts only that certificate; prints what the client verified and
 //! what came back. Run it where an RDMA device has the address:
 //!
-//!     tls_echo [ADDR]        (default 10.77.0.1:7480)
+//!     tls_echo [ADDR]        (default 10.77.0.1:7480; `tls_echo --help` for the usage)
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use clap::Parser;
 use rdma_async::stream::{RListener, RStream};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio_rustls::rustls::pki_types::{
@@ -19,12 +20,19 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// TLS over RDMA: serves a TLS echo on an `RListener` with a self-signed certificate for ADDR's
+/// IP, connects a client that trusts only that certificate, and prints what came back.
+#[derive(Debug, Parser)]
+#[command(name = "tls_echo")]
+struct Options {
+    /// The address (of an RDMA device) and port to serve on.
+    #[arg(default_value = "10.77.0.1:7480")]
+    addr: SocketAddr,
+}
+
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() -> Result<(), BoxError> {
-    let addr: SocketAddr = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "10.77.0.1:7480".into())
-        .parse()?;
+    let Options { addr } = Options::parse();
     let made = rcgen::generate_simple_self_signed(vec![addr.ip().to_string()])?;
     let cert: CertificateDer<'static> = made.cert.der().clone();
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(made.signing_key.serialize_der()));

@@ -13,9 +13,10 @@
 
 #[path = "tool_flags.rs"]
 mod tool_flags;
-use tool_flags::Flags;
+use tool_flags::Command;
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::io;
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -34,14 +35,11 @@ struct Args {
     size: usize,
 }
 
-fn usage() -> ExitCode {
-    eprintln!(
-        "usage: udaddy [-s server_address] [-b bind_address] [-c connections] [-C message_count] [-S message_size] [-P udp]"
-    );
-    ExitCode::from(1)
-}
+const USAGE: &str = "usage: udaddy [-s server_address] [-b bind_address] [-c connections] [-C message_count] [-S message_size] [-P udp]";
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args(
+    argv: impl IntoIterator<Item = impl Into<OsString>>,
+) -> Result<Command<Args>, String> {
     let mut args = Args {
         server: None,
         bind: None,
@@ -49,38 +47,41 @@ fn parse_args() -> Result<Args, String> {
         count: 10,
         size: 100,
     };
-    let mut flags = Flags::from_env();
-    while let Some(flag) = flags.next_flag() {
-        match flag.as_str() {
-            "-s" => args.server = Some(flags.value(&flag)?),
-            "-b" => args.bind = Some(flags.value(&flag)?),
-            "-c" => args.connections = flags.parsed::<usize>(&flag)?.max(1),
-            "-C" => args.count = flags.parsed::<usize>(&flag)?,
-            "-S" => args.size = flags.parsed::<usize>(&flag)?,
-            "-P" | "-p" => {
-                let space = flags.value(&flag)?;
+    let Command::Run(()) = tool_flags::read(argv, |flag, parser| {
+        match flag {
+            's' => args.server = Some(tool_flags::value(parser, flag)?),
+            'b' => args.bind = Some(tool_flags::value(parser, flag)?),
+            'c' => args.connections = tool_flags::parsed::<usize>(parser, flag)?.max(1),
+            'C' => args.count = tool_flags::parsed(parser, flag)?,
+            'S' => args.size = tool_flags::parsed(parser, flag)?,
+            'P' | 'p' => {
+                let space = tool_flags::value(parser, flag)?;
                 if !matches!(space.as_str(), "udp" | "0x0111" | "273") {
                     return Err(format!("port space {space}: only udp is supported"));
                 }
             }
-            "-f" => {
-                let format = flags.value(&flag)?;
+            'f' => {
+                let format = tool_flags::value(parser, flag)?;
                 if !matches!(format.as_str(), "ip" | "name") {
                     return Err(format!("address format {format}: only ip and name"));
                 }
             }
-            "-t" => {
-                flags.value(&flag)?;
+            't' => {
+                tool_flags::value(parser, flag)?;
                 eprintln!("udaddy: -t (type of service) is not supported; ignored");
             }
-            other => return Err(format!("unknown flag {other}")),
+            _ => return Ok(false),
         }
-    }
+        Ok(true)
+    })?
+    else {
+        return Ok(Command::Help);
+    };
     if args.size == 0 {
         // As udaddy: no payload, no transfers.
         args.count = 0;
     }
-    Ok(args)
+    Ok(Command::Run(args))
 }
 
 fn options(args: &Args) -> RDatagramOptions {
@@ -175,12 +176,10 @@ async fn run_client(args: &Args, server: &str) -> io::Result<()> {
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
-    let args = match parse_args() {
+    let args = match tool_flags::run_or_exit("udaddy", USAGE, parse_args(tool_flags::from_env()), 1)
+    {
         Ok(args) => args,
-        Err(e) => {
-            eprintln!("udaddy: {e}");
-            return usage();
-        }
+        Err(status) => return status,
     };
     let result = match &args.server {
         Some(server) => run_client(&args, server).await,

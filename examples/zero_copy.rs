@@ -7,6 +7,7 @@
 //!
 //!     zero_copy server ADDR                 read one stream to its end, then report
 //!     zero_copy client ADDR MIB [CHUNK]     send MIB MiB in CHUNK-byte regions (default 256 KiB)
+//!     zero_copy --help
 //!
 //! Both print the byte count and an FNV-1a checksum; the client also prints how many bytes went
 //! by zero copy and its throughput, the server how many it read without a copy.
@@ -15,6 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::Instant;
 
+use clap::Parser;
 use rdma_async::device::PoolOptions;
 use rdma_async::stream::{RListener, RStream, RStreamOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -86,21 +88,33 @@ async fn client(addr: SocketAddr, mib: usize, chunk: usize) -> Result<(), BoxErr
     Ok(())
 }
 
-fn usage() -> ! {
-    eprintln!("usage: zero_copy server ADDR | zero_copy client ADDR MIB [CHUNK]");
-    std::process::exit(2)
+/// Streams without a copy on either side: the client RDMA-writes registered regions into the
+/// server's receive ring, the server reads them where they landed.
+#[derive(Debug, Parser)]
+#[command(name = "zero_copy")]
+enum Options {
+    /// Read one stream to its end, then report.
+    Server {
+        /// The address and port to listen on.
+        addr: SocketAddr,
+    },
+    /// Send MIB MiB in CHUNK-byte regions.
+    Client {
+        /// The server's address and port.
+        addr: SocketAddr,
+        /// MiB to send.
+        mib: usize,
+        /// Bytes per registered region written.
+        #[arg(default_value_t = 256 << 10)]
+        chunk: usize,
+    },
 }
 
 #[rdma_async::main(flavor = "current_thread")]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let parse_addr = |s: &str| -> SocketAddr { s.parse().unwrap_or_else(|_| usage()) };
-    let number = |s: &str| -> usize { s.parse().unwrap_or_else(|_| usage()) };
-    let result = match args.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-        ["server", addr] => server(parse_addr(addr)).await,
-        ["client", addr, mib] => client(parse_addr(addr), number(mib), 256 << 10).await,
-        ["client", addr, mib, chunk] => client(parse_addr(addr), number(mib), number(chunk)).await,
-        _ => usage(),
+    let result = match Options::parse() {
+        Options::Server { addr } => server(addr).await,
+        Options::Client { addr, mib, chunk } => client(addr, mib, chunk).await,
     };
     if let Err(e) = result {
         eprintln!("zero_copy: {e}");

@@ -3,7 +3,11 @@
 use std::io;
 use std::time::Duration;
 
-/// What the kernel accounts to this process: CPU time and context switches of all its threads.
+use nix::sys::resource::{UsageWho, getrusage};
+use nix::sys::time::TimeVal;
+
+/// What the kernel accounts to this process: CPU time (user and system) and context switches
+/// (voluntary and involuntary) of all its threads, those that have ended included.
 #[derive(Debug, Clone, Copy)]
 pub struct Usage {
     pub cpu: Duration,
@@ -12,34 +16,23 @@ pub struct Usage {
 
 impl Usage {
     pub fn now() -> io::Result<Usage> {
-        // /proc/self/stat fields 14 and 15: user and system time of the whole process, in clock
-        // ticks (100 per second on Linux's default USER_HZ).
-        let stat = std::fs::read_to_string("/proc/self/stat")?;
-        let after_name = stat.rsplit(')').next().unwrap_or_default();
-        let fields: Vec<&str> = after_name.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        // Counted from field 3 (the state) as index 0.
-        let cpu_ticks = ticks(11) + ticks(12);
-        let mut switches = 0;
-        for task in std::fs::read_dir("/proc/self/task")? {
-            let status = std::fs::read_to_string(task?.path().join("status")).unwrap_or_default();
-            for line in status.lines() {
-                if let Some(v) = line
-                    .strip_prefix("voluntary_ctxt_switches:")
-                    .or_else(|| line.strip_prefix("nonvoluntary_ctxt_switches:"))
-                {
-                    switches += v.trim().parse::<u64>().unwrap_or(0);
-                }
-            }
-        }
+        // RUSAGE_SELF sums every thread of the process: the figures are the process's cost,
+        // whichever runtime flavour ran the work.
+        let usage = getrusage(UsageWho::RUSAGE_SELF).map_err(io::Error::from)?;
         Ok(Usage {
-            cpu: Duration::from_millis(cpu_ticks * 10),
-            switches,
+            cpu: duration(usage.user_time()) + duration(usage.system_time()),
+            switches: non_negative(usage.voluntary_context_switches())
+                + non_negative(usage.involuntary_context_switches()),
         })
     }
+}
+
+/// A `timeval` the kernel filled (never negative) as a `Duration`.
+fn duration(t: TimeVal) -> Duration {
+    Duration::from_secs(non_negative(t.tv_sec())) + Duration::from_micros(non_negative(t.tv_usec()))
+}
+
+/// A C `long` or `time_t` the kernel filled with a count, which is never negative.
+fn non_negative<T: TryInto<u64>>(n: T) -> u64 {
+    n.try_into().unwrap_or(0)
 }

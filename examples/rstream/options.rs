@@ -1,7 +1,11 @@
 //! Command-line options, parsed the way rstream.c's getopt loop reads them: `-X value` or
-//! `-Xvalue`, later options overriding earlier ones, `-T` repeatable and cumulative.
+//! `-Xvalue`, later options overriding earlier ones, `-T` repeatable and cumulative; `-h` or
+//! `--help` asks for the usage.
+
+use std::ffi::OsString;
 
 use crate::exchange::IoMode;
+use crate::tool_flags::{self, Command};
 use crate::transport::Backend;
 
 pub const USAGE: &str = "\
@@ -25,7 +29,9 @@ usage: rstream
 \t    n|nonblocking - use nonblocking calls (busy polling, the default)
 \t    r|resolve - use rdma cm to resolve address (accepted, ignored)
 \t    v|verify - verify data
-\t    z|zerocopy - send from a registered region without a copy (rdma-async only)";
+\t    z|zerocopy - send from a registered region without a copy (rdma-async only)
+\t    l|lent - receive by borrowing the bytes in the receive ring (rdma-async only)
+\t[-h|--help] - print this usage";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Options {
@@ -88,25 +94,19 @@ impl Default for Options {
 
 /// Parses the arguments after the program name; an error is a message to print before the
 /// usage.
-pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> {
+pub fn parse(
+    args: impl IntoIterator<Item = impl Into<OsString>>,
+) -> Result<Command<Options>, String> {
     let mut opts = Options::default();
-    let mut args = args.into_iter();
-    while let Some(arg) = args.next() {
-        let mut chars = arg.chars();
-        let flag = match (chars.next(), chars.next()) {
-            (Some('-'), Some(flag)) if flag != '-' => flag,
-            _ => return Err(format!("unexpected argument '{arg}'")),
-        };
-        if !"sbfBiICSpkT".contains(flag) {
-            return Err(format!("invalid option -- '{flag}'"));
+    let Command::Run(()) = tool_flags::read(args, |flag, parser| {
+        if flag == 'p' {
+            opts.port = tool_flags::parsed(parser, flag)?;
+            return Ok(true);
         }
-        let attached = chars.as_str();
-        let value = if attached.is_empty() {
-            args.next()
-                .ok_or_else(|| format!("option requires an argument -- '{flag}'"))?
-        } else {
-            attached.to_owned()
-        };
+        if !"sbfBiICSkT".contains(flag) {
+            return Ok(false);
+        }
+        let value = tool_flags::value(parser, flag)?;
         match flag {
             's' => opts.server = Some(value),
             'b' => opts.bind = Some(value),
@@ -129,17 +129,16 @@ pub fn parse(args: impl IntoIterator<Item = String>) -> Result<Options, String> 
                     opts.size = number(flag, &value)?;
                 }
             }
-            'p' => {
-                opts.port = value
-                    .parse()
-                    .map_err(|_| format!("-p {value}: not a port number"))?
-            }
             'k' => opts.keepalive = u32::try_from(number(flag, &value)?).unwrap_or(u32::MAX),
             'T' => test_option(&value, &mut opts)?,
             _ => unreachable!("flag checked above"),
         }
-    }
-    Ok(opts)
+        Ok(true)
+    })?
+    else {
+        return Ok(Command::Help);
+    };
+    Ok(Command::Run(opts))
 }
 
 /// One `-T` value: a single letter, or a word that the value must start with (case-insensitive,
@@ -221,7 +220,10 @@ mod tests {
     use super::*;
 
     fn parse_str(line: &str) -> Result<Options, String> {
-        parse(line.split_whitespace().map(String::from))
+        match parse(line.split_whitespace())? {
+            Command::Run(opts) => Ok(opts),
+            Command::Help => Err(format!("{line:?} asked for help")),
+        }
     }
 
     #[test]
@@ -274,5 +276,26 @@ mod tests {
             ["Warning: unknown address format"]
         );
         assert!(parse_str("-f ipv6").unwrap().numeric_host);
+    }
+
+    #[test]
+    fn help_is_asked_for_and_bad_flags_are_named() {
+        for help in ["-h", "--help", "-s 10.0.0.1 -h"] {
+            assert_eq!(parse(help.split_whitespace()), Ok(Command::Help), "{help}");
+        }
+        assert!(USAGE.starts_with("usage: rstream"));
+        assert_eq!(parse(["-q"]), Err("invalid option '-q'".to_owned()));
+        assert_eq!(
+            parse(["--verify"]),
+            Err("invalid option '--verify'".to_owned())
+        );
+        assert_eq!(
+            parse(["-C"]),
+            Err("option requires an argument -- 'C'".to_owned())
+        );
+        assert_eq!(
+            parse(["-p", "70000"]).map_err(|e| e.starts_with("-p 70000: ")),
+            Err(true)
+        );
     }
 }

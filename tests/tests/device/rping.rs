@@ -13,7 +13,10 @@ const COUNT: usize = 10;
 const SIZE: usize = 100;
 
 fn args(line: &str) -> rping_example::Args {
-    parse_args(line.split_whitespace().map(str::to_owned)).expect("rping flags")
+    match parse_args(line.split_whitespace()) {
+        Ok(rping_example::Command::Run(args)) => args,
+        other => panic!("rping flags {line:?}: {other:?}"),
+    }
 }
 
 /// The `ping data:` lines a verbose client printed, in order.

@@ -396,7 +396,10 @@ const PINGS: usize = 10;
 const PING_SIZE: usize = 100;
 
 fn rping_args(line: &str) -> rping_example::Args {
-    rping_example::parse_args(line.split_whitespace().map(str::to_owned)).expect("rping flags")
+    match rping_example::parse_args(line.split_whitespace()) {
+        Ok(rping_example::Command::Run(args)) => args,
+        other => panic!("rping flags {line:?}: {other:?}"),
+    }
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
