@@ -17,6 +17,8 @@
 //!
 //! An optional last argument, WORKERS, runs a side on a multi-thread runtime with that many
 //! workers (as `#[tokio::main]` does); without it (or with 0) on a current-thread runtime.
+//! `--shared-channels`, anywhere, makes `local`'s streams share one completion channel
+//! (`RStreamOptions::shared_channels`).
 //!
 //! `local` reports what holding many streams costs: the time to open them all (setup_secs),
 //! the resident memory and descriptors they add, per stream, and the CPU time per transfer
@@ -224,6 +226,7 @@ async fn local(
     rounds: u64,
     size: usize,
     buffer: u32,
+    shared_channels: bool,
 ) -> Result<(), BoxError> {
     let pairs = streams / 2;
     if pairs == 0 || size == 0 {
@@ -235,7 +238,8 @@ async fn local(
         .send_buffer_size(buffer)
         .recv_buffer_size(buffer)
         .sq_size(16)
-        .rq_size(16);
+        .rq_size(16)
+        .shared_channels(shared_channels);
     let listener = RListener::bind_with(addr, &opts).await?;
     let addr = listener.local_addr()?;
     let (fds_before, rss_before, start) = (open_fds(), rss_kib(), Instant::now());
@@ -294,10 +298,11 @@ async fn local(
     // Each round trip is four transfers: out and back on the client, in and out on the server.
     let transfers = (4 * rounds * pairs as u64).max(1);
     println!(
-        "local streams={} setup_secs={:.3} rss_kib_per_stream={rss_kib_per_stream:.1} \
-         fds_per_stream={fds_per_stream:.2} transfers={transfers} transfers_per_s={:.0} \
-         cpu_us_per_transfer={:.2}",
+        "local streams={} channels={} setup_secs={:.3} \
+         rss_kib_per_stream={rss_kib_per_stream:.1} fds_per_stream={fds_per_stream:.2} \
+         transfers={transfers} transfers_per_s={:.0} cpu_us_per_transfer={:.2}",
         2 * pairs,
+        if shared_channels { "shared" } else { "own" },
         setup.as_secs_f64(),
         transfers as f64 / elapsed.as_secs_f64().max(1e-9),
         (after.cpu - before.cpu).as_secs_f64() * 1e6 / transfers as f64,
@@ -330,8 +335,13 @@ where
     out
 }
 
+/// The flag that makes `local`'s streams share their completion channel.
+const SHARED_CHANNELS: &str = "--shared-channels";
+
 fn main() -> Result<(), BoxError> {
-    let args: Vec<String> = std::env::args().collect();
+    let mut args: Vec<String> = std::env::args().collect();
+    let shared_channels = args.iter().any(|a| a == SHARED_CHANNELS);
+    args.retain(|a| a != SHARED_CHANNELS);
     // WORKERS, optional: 0 (the default) runs on a current-thread runtime, as
     // `#[rdma_async::main(flavor = "current_thread")]` does; N on a multi-thread runtime with N
     // workers, as `#[tokio::main]`.
@@ -352,12 +362,16 @@ fn main() -> Result<(), BoxError> {
         builder.worker_threads(workers);
         builder
     };
-    builder.enable_all().build()?.block_on(run(args))
+    builder
+        .enable_all()
+        .build()?
+        .block_on(run(args, shared_channels))
 }
 
-async fn run(args: Vec<String>) -> Result<(), BoxError> {
+async fn run(args: Vec<String>, shared_channels: bool) -> Result<(), BoxError> {
     let usage = "usage: many_streams server|client ADDR PAIRS ROUNDS SIZE [WORKERS]\n       \
-                 many_streams local ADDR STREAMS ROUNDS SIZE BUFFER [WORKERS]";
+                 many_streams local ADDR STREAMS ROUNDS SIZE BUFFER [WORKERS] \
+                 [--shared-channels]";
     match args.get(1).map(String::as_str) {
         Some("server") => {
             serve(
@@ -384,6 +398,7 @@ async fn run(args: Vec<String>) -> Result<(), BoxError> {
                 arg(&args, 4, "ROUNDS")?,
                 arg(&args, 5, "SIZE")?,
                 arg(&args, 6, "BUFFER")?,
+                shared_channels,
             )
             .await
         }

@@ -8,6 +8,6 @@ mod wc_error;
 mod work_completion;
 
 pub(crate) use completion_batch::CompletionBatch;
-pub(crate) use completion_queue::{CompletionChannel, CompletionQueue};
+pub(crate) use completion_queue::{CompletionChannel, CompletionQueue, CqEventSink};
 pub(crate) use wc_error::{completion_error, wc_error};
 pub(crate) use work_completion::{WcStatus, WorkCompletion};
