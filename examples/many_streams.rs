@@ -17,6 +17,8 @@
 //!
 //! `many_streams --help` prints the usage. An optional last argument, WORKERS, runs a side on a multi-thread runtime with that many
 //! workers (as `#[tokio::main]` does); without it (or with 0) on a current-thread runtime.
+//! `local --shared-channels` makes its streams share one completion channel
+//! (`RStreamOptions::shared_channels`).
 //!
 //! `local` reports what holding many streams costs: the time to open them all (setup_secs),
 //! the resident memory and descriptors they add, per stream, and the CPU time per transfer
@@ -220,6 +222,7 @@ async fn local(
     rounds: u64,
     size: usize,
     buffer: u32,
+    shared_channels: bool,
 ) -> Result<(), BoxError> {
     let pairs = streams / 2;
     if pairs == 0 || size == 0 {
@@ -231,7 +234,8 @@ async fn local(
         .send_buffer_size(buffer)
         .recv_buffer_size(buffer)
         .sq_size(16)
-        .rq_size(16);
+        .rq_size(16)
+        .shared_channels(shared_channels);
     let listener = RListener::bind_with(addr, &opts).await?;
     let addr = listener.local_addr()?;
     let (fds_before, rss_before, start) = (open_fds(), rss_kib(), Instant::now());
@@ -290,10 +294,11 @@ async fn local(
     // Each round trip is four transfers: out and back on the client, in and out on the server.
     let transfers = (4 * rounds * pairs as u64).max(1);
     println!(
-        "local streams={} setup_secs={:.3} rss_kib_per_stream={rss_kib_per_stream:.1} \
-         fds_per_stream={fds_per_stream:.2} transfers={transfers} transfers_per_s={:.0} \
-         cpu_us_per_transfer={:.2}",
+        "local streams={} channels={} setup_secs={:.3} \
+         rss_kib_per_stream={rss_kib_per_stream:.1} fds_per_stream={fds_per_stream:.2} \
+         transfers={transfers} transfers_per_s={:.0} cpu_us_per_transfer={:.2}",
         2 * pairs,
+        if shared_channels { "shared" } else { "own" },
         setup.as_secs_f64(),
         transfers as f64 / elapsed.as_secs_f64().max(1e-9),
         (after.cpu - before.cpu).as_secs_f64() * 1e6 / transfers as f64,
@@ -352,6 +357,9 @@ enum Options {
         /// Worker threads of a multi-thread runtime; 0 runs on a current-thread runtime.
         #[arg(default_value_t = 0)]
         workers: usize,
+        /// The streams share one completion channel (`RStreamOptions::shared_channels`).
+        #[arg(long)]
+        shared_channels: bool,
     },
 }
 
@@ -400,7 +408,8 @@ async fn run(options: Options) -> Result<(), BoxError> {
             rounds,
             size,
             buffer,
+            shared_channels,
             ..
-        } => local(addr, streams, rounds, size, buffer).await,
+        } => local(addr, streams, rounds, size, buffer, shared_channels).await,
     }
 }

@@ -7,7 +7,7 @@ use std::task::{Context, Poll};
 
 use super::CmWatch;
 use super::link::CmLink;
-use crate::reactor::{AsyncCq, BeforeSleep, FdWaiter, WaitHints};
+use crate::reactor::{AsyncCq, BeforeSleep, CqWaiter, WaitHints};
 use crate::verbs::CompletionBatch;
 
 /// What ended a wait.
@@ -20,10 +20,10 @@ pub(crate) enum Woken {
 }
 
 /// One waiting task's registrations: on a completion queue's channel and, for a connection, on
-/// its rdma_cm channel. Each task that may wait needs its own (see [`FdWaiter`]).
+/// its rdma_cm channel. Each task that may wait needs its own (see [`CqWaiter`]).
 #[derive(Debug)]
 pub(crate) struct ConnWaiter {
-    cq: FdWaiter,
+    cq: CqWaiter,
     cm: Option<CmWatch>,
 }
 

@@ -21,9 +21,11 @@ use std::time::Duration;
 use tokio::task::coop;
 
 use super::arm_state::{ArmState, Claim};
+use super::cq_waiter::{ChannelRead, CqWaiter};
+use super::routed_channel::CqSignal;
 use super::spin_policy::SpinPolicy;
 use super::yield_policy::{WaitYields, YieldPolicy, note_look};
-use crate::reactor::{FdWaiter, SharedFd};
+use crate::reactor::SharedFd;
 use crate::sync::AtomicU32;
 use crate::verbs::{
     ChannelFd, CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion,
@@ -76,16 +78,19 @@ impl std::fmt::Debug for BeforeSleep<'_> {
 
 /// A completion queue whose completions wake tasks.
 ///
-/// Each task that may wait gets its own [`FdWaiter`] on the channel's one registration (see
-/// [`crate::reactor`]); the queue itself
+/// Each task that may wait gets its own [`CqWaiter`]: a slot on the channel's one registration
+/// (see [`crate::reactor`]), or on the queue's [`CqSignal`] when the queue reports to a shared
+/// channel; the queue itself
 /// may be polled by any of them, but owners serialise polling when completions must be handled
 /// in order.
 #[derive(Debug)]
 pub(crate) struct AsyncCq {
     cq: Arc<CompletionQueue>,
     /// The channel's registration with the reactor, made when the first waiter comes (on the
-    /// runtime the waiting happens on).
+    /// runtime the waiting happens on), for a queue with a channel of its own.
     registered: OnceLock<Arc<SharedFd>>,
+    /// Where a shared channel's dispatcher routes the queue's events, for a queue on one.
+    routed: Option<Arc<CqSignal>>,
     /// Held while the registration is made, so that it is made once.
     registering: Mutex<()>,
     /// Whether the busy-poll window has been paying off lately, and how long it is.
@@ -105,10 +110,11 @@ pub(crate) struct AsyncCq {
 
 impl AsyncCq {
     /// Wraps `cq`; `spin` says how long an empty queue is polled before the task sleeps.
-    fn new(cq: Arc<CompletionQueue>, spin: SpinPolicy) -> Self {
+    fn new(cq: Arc<CompletionQueue>, routed: Option<Arc<CqSignal>>, spin: SpinPolicy) -> Self {
         AsyncCq {
             cq,
             registered: OnceLock::new(),
+            routed,
             registering: Mutex::new(()),
             spin,
             yields: YieldPolicy::default(),
@@ -138,10 +144,26 @@ impl AsyncCq {
         Self::create_with(id, entries, SpinPolicy::fixed(busy_poll))
     }
 
+    /// As [`Self::create`], on the completion channel that every queue created this way on
+    /// the device context and the current Tokio runtime shares ([`super::routed_channel`]):
+    /// one descriptor for all of them, at the cost of a dispatch per event.
+    ///
+    /// # Errors
+    ///
+    /// `Other` outside a Tokio runtime; those of creating the channel and the queue.
+    pub(crate) fn create_shared(
+        id: &Arc<CmId>,
+        entries: u32,
+        busy_poll: Duration,
+    ) -> io::Result<Self> {
+        let (cq, signal) = CqSignal::create_queue(id, entries)?;
+        Ok(Self::new(cq, Some(signal), SpinPolicy::new(busy_poll)))
+    }
+
     fn create_with(id: &Arc<CmId>, entries: u32, spin: SpinPolicy) -> io::Result<Self> {
         let channel = Arc::new(CompletionChannel::new(id.clone())?);
         let cq = Arc::new(CompletionQueue::new(channel, entries)?);
-        Ok(Self::new(cq, spin))
+        Ok(Self::new(cq, None, spin))
     }
 
     /// The verbs queue, for creating queue pairs on it.
@@ -150,19 +172,24 @@ impl AsyncCq {
     }
 
     /// A registration for one more waiting task.
-    pub(crate) fn waiter(&self) -> io::Result<FdWaiter> {
+    pub(crate) fn waiter(&self) -> io::Result<CqWaiter> {
+        if let Some(signal) = &self.routed {
+            return Ok(CqWaiter::Routed(signal.waiter()));
+        }
         if let Some(shared) = self.registered.get() {
-            return Ok(shared.waiter());
+            return Ok(CqWaiter::Own(shared.waiter()));
         }
         let _registering = self
             .registering
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         if let Some(shared) = self.registered.get() {
-            return Ok(shared.waiter());
+            return Ok(CqWaiter::Own(shared.waiter()));
         }
         let shared = SharedFd::register(ChannelFd::new(self.cq.channel().clone()))?;
-        Ok(self.registered.get_or_init(|| shared).waiter())
+        Ok(CqWaiter::Own(
+            self.registered.get_or_init(|| shared).waiter(),
+        ))
     }
 
     /// Test hook: the next wait for completions fails as if `ibv_poll_cq` had failed.
@@ -212,7 +239,7 @@ impl AsyncCq {
     /// Cancel safety: completions are only taken from the queue when this returns `Ready`.
     pub(crate) fn poll_completions<const N: usize>(
         &self,
-        waiter: &FdWaiter,
+        waiter: &CqWaiter,
         cx: &mut Context<'_>,
         out: &mut CompletionBatch<N>,
         hints: WaitHints<'_>,
@@ -267,8 +294,8 @@ impl AsyncCq {
                 }
             }
             skip_look = false;
-            let mut guard = match waiter.poll_readable(cx) {
-                Poll::Ready(guard) => guard?,
+            let read = match waiter.poll_event(&self.cq, cx) {
+                Poll::Ready(read) => read?,
                 Poll::Pending => {
                     // Under another waiter's arm, which may yet fail: it wakes this one then.
                     if let Claim::Outstanding(arm) = claim
@@ -280,22 +307,14 @@ impl AsyncCq {
                     return Poll::Pending;
                 }
             };
-            // Events are read from the channel itself; any waiter's duplicate reports them.
-            match guard.try_io(|_| self.cq.channel().get_event().map(|_| ())) {
-                Ok(Ok(())) => {
-                    // One arm raises one event, and the next arm comes after this read, so
-                    // the channel is now empty; a later event is a new edge for the reactor.
-                    self.arm.event_read();
-                    self.cq.count_event();
-                    guard.clear_ready();
-                }
-                Ok(Err(e)) => {
+            match read {
+                ChannelRead::Event => self.arm.event_read(),
+                ChannelRead::Failed(e) => {
                     // The next waiter arms again, or no completion would wake anyone.
                     self.arm.event_read_failed();
                     return Poll::Ready(Err(e));
                 }
-                // try_io cleared this waiter's readiness: another waiter read the event.
-                Err(_would_block) => {}
+                ChannelRead::Empty => {}
             }
         }
     }

@@ -26,9 +26,10 @@ pub(crate) struct SharedFd {
     fanout_waker: Waker,
 }
 
-/// The waker the reactor holds for a [`SharedFd`]: it wakes every task waiting in a slot.
+/// The waker the reactor holds for a [`SharedFd`]: it wakes every task waiting in a slot. A
+/// queue on a shared completion channel has one too ([`super::routed_channel`]).
 #[derive(Debug, Default)]
-struct Fanout {
+pub(super) struct Fanout {
     slots: Mutex<Slots>,
 }
 
@@ -79,7 +80,7 @@ impl Fanout {
         self.slots.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn take_slot(&self) -> usize {
+    pub(super) fn take_slot(&self) -> usize {
         let mut slots = self.lock();
         match slots.wakers.iter().position(Option::is_none) {
             Some(free) => {
@@ -93,13 +94,13 @@ impl Fanout {
         }
     }
 
-    fn free_slot(&self, slot: usize) {
+    pub(super) fn free_slot(&self, slot: usize) {
         let waker = self.lock().wakers[slot].take();
         drop(waker);
     }
 
     /// Makes `waker` the task that `slot`'s next wake-up wakes.
-    fn set(&self, slot: usize, waker: &Waker) {
+    pub(super) fn set(&self, slot: usize, waker: &Waker) {
         let mut slots = self.lock();
         let entry = slots.wakers[slot].get_or_insert(None);
         if !entry.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -110,10 +111,17 @@ impl Fanout {
 
 impl Wake for Fanout {
     fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
+        self.wake_all();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        self.wake_all();
+    }
+}
+
+impl Fanout {
+    /// Wakes every task waiting in a slot (each once: a woken task sets its waker again).
+    pub(super) fn wake_all(&self) {
         // Taken under the lock, woken outside it: a waker dropped or woken may release a task
         // that frees its own slot here. A stream has two or three waiters.
         let mut few: [Option<Waker>; 4] = Default::default();
@@ -151,17 +159,24 @@ impl FdWaiter {
         let mut fanout = Context::from_waker(&shared.fanout_waker);
         // The reactor's only error: its driver is gone (Tokio's own message does not say
         // which runtime, or what to do).
-        shared.fd.poll_read_ready(&mut fanout).map_err(|e| {
-            io::Error::new(
-                io::ErrorKind::ConnectionAborted,
-                format!(
-                    "the Tokio runtime this object was created on was shut down, and with it the \
-                     reactor that watches its completions; create connections and sockets on a \
-                     runtime that outlives them ({e})"
-                ),
-            )
-        })
+        shared
+            .fd
+            .poll_read_ready(&mut fanout)
+            .map_err(|e| runtime_gone(&e))
     }
+}
+
+/// The error of a wait whose reactor registration's runtime was shut down (`cause`: what
+/// Tokio said, which names neither the runtime nor what to do).
+pub(super) fn runtime_gone(cause: &dyn std::fmt::Display) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::ConnectionAborted,
+        format!(
+            "the Tokio runtime this object was created on was shut down, and with it the \
+             reactor that watches its completions; create connections and sockets on a runtime \
+             that outlives them ({cause})"
+        ),
+    )
 }
 
 impl Drop for FdWaiter {

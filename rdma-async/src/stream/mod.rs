@@ -82,14 +82,16 @@
 //! `serve_with_incoming`) and the axum listener never end on one request's failure, only on the
 //! listener's own (its device removed).
 //!
-//! Each `RStream` holds 6 file descriptors: its rdma_cm event channel and its completion channel,
-//! plus a duplicate of each for the reading and one for the writing side (Tokio's `AsyncFd` keeps
-//! one waker per registration, so each side that may wait registers its own copy, and a cancelled
-//! write cannot leave the reader asleep). A listener holds 1, and the process 1 per RDMA device it
-//! opened. Both ends of a connection in one process take 12, so 256 connections need a descriptor
-//! limit above the common 1024 (`ulimit -n`). C rsockets holds 2 per socket; this crate could hold
-//! 2 as well, with one registration per channel whose wake-ups fan out to both sides (not done
-//! yet).
+//! Each `RStream` holds 2 file descriptors, as a C rsockets socket does: its rdma_cm event
+//! channel and its completion channel, each registered once with Tokio's reactor (every task
+//! that waits on one, the reading and the writing side among them, has a slot on that one
+//! registration, and its wake-ups reach each). With
+//! [`RStreamOptions::shared_channels`] a stream holds 1, its rdma_cm event channel: the
+//! completion queues of all such streams on one device and runtime report to one shared
+//! completion channel, read by a task of the runtime that wakes each event's stream (a
+//! dispatch per event). A listener holds 1, and the process 1 per RDMA device it opened. Both
+//! ends of a connection in one process take 4 (2 with shared channels), so 512 connections
+//! (1,024 with them) need a descriptor limit above the common 1024 (`ulimit -n`).
 //!
 //! Errors are `io::Error`s with the kinds a `TcpStream` user expects: no listener or a rejection →
 //! `ConnectionRefused` (with the peer's reject private data in a `cm::CmError` inside), an

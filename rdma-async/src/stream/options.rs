@@ -35,6 +35,9 @@ pub struct RStreamOptions {
     pub(crate) linger: Duration,
     /// A listener's bound on handshakes in progress from one address; `None`: its default.
     pub(crate) handshakes_per_source: Option<usize>,
+    /// Whether the stream's completion queue reports to the completion channel shared by the
+    /// streams of its device and runtime.
+    pub(crate) shared_channels: bool,
 }
 
 impl Default for RStreamOptions {
@@ -55,6 +58,16 @@ fn read_number(dir: &Path, name: &str) -> Option<u64> {
         .trim()
         .parse()
         .ok()
+}
+
+/// Off, except in this workspace's device tests run with `RDMA_ASYNC_TEST_SHARED_CHANNELS=1`:
+/// every stream test then runs on shared completion channels.
+fn shared_channels_by_default() -> bool {
+    #[cfg(rdma_async_hooks)]
+    if std::env::var_os("RDMA_ASYNC_TEST_SHARED_CHANNELS").is_some_and(|v| v == "1") {
+        return true;
+    }
+    false
 }
 
 impl RStreamOptions {
@@ -83,6 +96,7 @@ impl RStreamOptions {
             zero_copy_reads: false,
             linger: DEFAULT_LINGER,
             handshakes_per_source: None,
+            shared_channels: shared_channels_by_default(),
         }
     }
 
@@ -169,6 +183,31 @@ impl RStreamOptions {
     /// their key, which rsockets reads for every write.
     pub fn zero_copy_reads(mut self, on: bool) -> Self {
         self.zero_copy_reads = on;
+        self
+    }
+
+    /// Shares the completion channel (the descriptor that signals completions) between every
+    /// stream made with this option on the same device and Tokio runtime, instead of giving
+    /// each stream its own: a stream then holds one descriptor (its rdma_cm event channel)
+    /// rather than two, and the streams together one more, registered once with the runtime's
+    /// reactor. For a listener, it applies to the streams it accepts. Off by default.
+    ///
+    /// It helps a process with thousands of streams, which would otherwise need two
+    /// descriptors (and two reactor registrations) each. It costs a dispatch per completion
+    /// event: a task of the runtime reads the shared channel and wakes the stream's waiting
+    /// task, where a stream's own channel wakes it directly. Completions found without
+    /// sleeping (busy-polling, a queue that is never empty) cost the same in both modes.
+    ///
+    /// The channel belongs to the runtime current when the stream is created (connected or
+    /// accepted); it is closed when that runtime shuts down, and from then on every wait of
+    /// a stream on it fails with `ConnectionAborted`, as it does for a stream with a channel of
+    /// its own whose runtime is gone.
+    ///
+    /// # Errors
+    ///
+    /// Connecting or accepting with it fails (`Other`) outside a Tokio runtime.
+    pub fn shared_channels(mut self, on: bool) -> Self {
+        self.shared_channels = on;
         self
     }
 

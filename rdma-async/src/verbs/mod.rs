@@ -33,7 +33,7 @@ pub(crate) use cm::{
     AhAttr, CmEvent, CmId, EventChannel, IdDevice, IncomingId, PortSpace, RawConnParam, UdParam,
 };
 pub(crate) use cq::{
-    CompletionBatch, CompletionChannel, CompletionQueue, WcStatus, WorkCompletion,
+    CompletionBatch, CompletionChannel, CompletionQueue, CqEventSink, WcStatus, WorkCompletion,
     completion_error, wc_error,
 };
 #[cfg(rdma_async_hooks)]

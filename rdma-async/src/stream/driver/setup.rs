@@ -30,11 +30,12 @@ pub(in crate::stream) fn build(
 ) -> io::Result<(StreamParts, Option<Vec<u8>>)> {
     let config = opts.config();
     let pd = opts.dial.context_for(id)?.pd().clone();
-    let async_cq = AsyncCq::create(
-        id,
-        config.sq_size() + config.rq_size(),
-        opts.queue.busy_poll,
-    )?;
+    let entries = config.sq_size() + config.rq_size();
+    let async_cq = if opts.shared_channels {
+        AsyncCq::create_shared(id, entries, opts.queue.busy_poll)?
+    } else {
+        AsyncCq::create(id, entries, opts.queue.busy_poll)?
+    };
     let cq = async_cq.queue();
     let remote_write = Access {
         remote_write: true,
