@@ -10,6 +10,7 @@
 //! waiting for from the channel or goes back to waiting.
 
 use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
@@ -31,6 +32,8 @@ pub(crate) struct SharedFd {
 #[derive(Debug, Default)]
 pub(super) struct Fanout {
     slots: Mutex<Slots>,
+    /// How many times the reactor woke it.
+    wakes: AtomicU64,
 }
 
 /// The waiting tasks of one descriptor, by slot.
@@ -45,6 +48,8 @@ struct Slots {
 pub(crate) struct FdWaiter {
     shared: Arc<SharedFd>,
     slot: usize,
+    /// [`Fanout::wakes`] when this waiter last looked at the descriptor's readiness.
+    wakes_seen: AtomicU64,
 }
 
 impl SharedFd {
@@ -63,6 +68,7 @@ impl SharedFd {
     pub(crate) fn waiter(self: &Arc<Self>) -> FdWaiter {
         FdWaiter {
             slot: self.fanout.take_slot(),
+            wakes_seen: AtomicU64::new(self.fanout.wakes.load(Ordering::Relaxed)),
             shared: self.clone(),
         }
     }
@@ -115,6 +121,7 @@ impl Wake for Fanout {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        self.wakes.fetch_add(1, Ordering::Relaxed);
         self.wake_all();
     }
 }
@@ -123,20 +130,32 @@ impl Fanout {
     /// Wakes every task waiting in a slot (each once: a woken task sets its waker again).
     pub(super) fn wake_all(&self) {
         // Taken under the lock, woken outside it: a waker dropped or woken may release a task
-        // that frees its own slot here. A stream has two or three waiters.
-        let mut few: [Option<Waker>; 4] = Default::default();
+        // that frees its own slot here. A stream has two or three waiters. Most wake-ups find
+        // one of them waiting, which is woken with no list to go through; a few more go into
+        // an array, and only beyond that into a vector.
+        let mut first = None;
+        let mut few: [Option<Waker>; 3] = Default::default();
         let mut more = Vec::new();
+        let mut waiting = 0;
         {
             let mut slots = self.lock();
-            let waiting = slots.wakers.iter_mut().filter_map(|s| s.as_mut()?.take());
-            for (i, waker) in waiting.enumerate() {
-                match few.get_mut(i) {
-                    Some(place) => *place = Some(waker),
-                    None => more.push(waker),
+            for waker in slots.wakers.iter_mut().filter_map(|s| s.as_mut()?.take()) {
+                match waiting {
+                    0 => first = Some(waker),
+                    n => match few.get_mut(n - 1) {
+                        Some(place) => *place = Some(waker),
+                        None => more.push(waker),
+                    },
                 }
+                waiting += 1;
             }
         }
-        few.into_iter().flatten().chain(more).for_each(Waker::wake);
+        if let Some(waker) = first {
+            waker.wake();
+        }
+        if waiting > 1 {
+            few.into_iter().flatten().chain(more).for_each(Waker::wake);
+        }
     }
 }
 
@@ -153,10 +172,20 @@ impl FdWaiter {
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<AsyncFdReadyGuard<'_, ChannelFd>>> {
         let shared = &*self.shared;
+        let mut fanout = Context::from_waker(&shared.fanout_waker);
+        // Woken since this waiter last looked: the descriptor is most likely still readable
+        // (a task woken by it often finds what it waited for before it reads the channel), so
+        // it looks before taking its slot, which only a wait needs. Readiness that comes after
+        // this look is seen by the look after the slot is taken.
+        let wakes = shared.fanout.wakes.load(Ordering::Relaxed);
+        if self.wakes_seen.swap(wakes, Ordering::Relaxed) != wakes
+            && let Poll::Ready(ready) = shared.fd.poll_read_ready(&mut fanout)
+        {
+            return Poll::Ready(ready.map_err(|e| runtime_gone(&e)));
+        }
         // This slot first, then the reactor's registration: readiness that comes in between
         // wakes the slot's task.
         shared.fanout.set(self.slot, cx.waker());
-        let mut fanout = Context::from_waker(&shared.fanout_waker);
         // The reactor's only error: its driver is gone (Tokio's own message does not say
         // which runtime, or what to do).
         shared
