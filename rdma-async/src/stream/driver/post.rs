@@ -145,8 +145,7 @@ impl<D: StreamDevice> StreamCore<D> {
     }
 
     /// Takes the data write `write`'s bytes from `source`, copied into the send ring or sent
-    /// inline, and adds the write to `chain`, or with no chain posts it alone. Inlined, as
-    /// [`Self::push_data_write`]: its frame cost a streamed message some 17 instructions.
+    /// inline, and adds the write to `chain`, or with no chain posts it alone.
     #[inline]
     pub(super) fn push_data(
         &self,

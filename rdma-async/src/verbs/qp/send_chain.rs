@@ -218,8 +218,7 @@ impl OwnedBufferQueuePair {
     /// Posts one work request to the send queue, alone: its request and gather entries are
     /// built on the stack, and an inline payload is posted from the caller's bytes (the
     /// provider copies them during the call), with none of a chain's room to fill and link.
-    /// This is a stream's usual write call: one chunk and nothing else due, so it is inlined
-    /// into the caller.
+    /// This is a stream's usual write call: one chunk and nothing else due.
     #[inline]
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
         let (count, inline) = gather_shape(self, req.payload)?;
