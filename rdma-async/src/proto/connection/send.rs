@@ -56,8 +56,7 @@ impl Connection {
 
     /// Plan the next chunk of an application write with `remaining` bytes (> 0) left in this
     /// call. The state is updated before returning (target SGE advanced, sequence number and
-    /// send-queue accounting), so the driver must post the returned write. Inlined into the
-    /// write call, which moves the planned write on without a copy out of a returned frame.
+    /// send-queue accounting), so the driver must post the returned write.
     #[inline]
     pub(crate) fn prepare_write(
         &mut self,

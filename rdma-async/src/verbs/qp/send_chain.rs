@@ -311,8 +311,7 @@ fn gather_entries(
 }
 
 /// Fills the zeroed send request `wr` for `req`, with `count` gather entries (`sg_list` and
-/// `next` left null). In place: built and returned by value, the request (128 bytes) was
-/// copied once more on every post.
+/// `next` left null), in place.
 #[inline]
 fn fill_send_wr(wr: &mut sys::ibv_send_wr, req: &WorkRequest<'_>, count: usize, inline: bool) {
     wr.wr_id = req.wr_id;
