@@ -167,6 +167,14 @@ impl Sender {
         }
     }
 
+    /// Whether the writer would wait for a send completion ([`WriteBlocked::SendQueue`] or
+    /// [`WriteBlocked::SendBuffer`]): [`Self::blocked`]'s first two looks alone, as each data
+    /// write asks this once it is accounted for.
+    #[inline]
+    fn blocked_by_own_sends(&self) -> bool {
+        self.sqe_avail == 0 || self.sbuf_bytes_avail < RS_SNDLOWAT
+    }
+
     /// The length of the next chunk of a call with `remaining > 0` bytes left, and the target
     /// buffer it goes to, or why none can go now.
     fn chunk_len(
@@ -278,10 +286,7 @@ impl Sender {
         let run = self.unsignaled_run + 1;
         let signaled = run >= self.signal_interval
             || bytes >= self.sbuf_size - self.sbuf_size / 4
-            || (matches!(
-                self.blocked(),
-                Some(WriteBlocked::SendQueue | WriteBlocked::SendBuffer)
-            ) && !self.unblocked_by_earlier_signal(run, bytes));
+            || (self.blocked_by_own_sends() && !self.unblocked_by_earlier_signal(run, bytes));
         (self.unsignaled_run, self.unsignaled_bytes) = if signaled { (0, 0) } else { (run, bytes) };
         signaled
     }

@@ -57,6 +57,7 @@ impl Connection {
     /// Plan the next chunk of an application write with `remaining` bytes (> 0) left in this
     /// call. The state is updated before returning (target SGE advanced, sequence number and
     /// send-queue accounting), so the driver must post the returned write.
+    #[inline]
     pub(crate) fn prepare_write(
         &mut self,
         call: &mut WriteCall,
@@ -86,7 +87,7 @@ impl Connection {
 
     /// Records `chunk` as an outstanding send and returns its write.
     fn data_write(&mut self, chunk: Chunk) -> DataWrite {
-        let wr_id = self.sends.push(SendKind::Data { len: chunk.len });
+        let wr_id = self.sends.push_data(chunk.len, chunk.signaled);
         DataWrite {
             wr_id,
             signaled: chunk.signaled,
@@ -127,7 +128,7 @@ impl Connection {
             .sender
             .next_empty_chunk()
             .map_err(WriteError::Blocked)?;
-        let wr_id = self.sends.push(SendKind::Data { len: 0 });
+        let wr_id = self.sends.push_data(0, chunk.signaled);
         Ok(DataWrite {
             wr_id,
             signaled: chunk.signaled,
@@ -149,30 +150,34 @@ impl Connection {
         ok: bool,
     ) -> Result<(), ProtoError> {
         let mut disconnect_done = false;
-        let mut last = None;
+        let released = match self.sends.complete_through(wr_id) {
+            Ok(released) => released,
+            Err(err) => return Err(self.fail(err)),
+        };
         // The data writes completed, and their bytes: given back to the sender in one step.
-        let (mut writes, mut bytes) = (0u32, 0u32);
-        if let Err(err) = self.sends.completed_by(wr_id) {
-            return Err(self.fail(err));
-        }
-        for (_, kind) in self.sends.complete_through(wr_id)? {
-            match kind {
-                SendKind::Data { len } => {
-                    writes += 1;
-                    bytes = bytes.saturating_add(len);
-                }
+        let mut data = released.data;
+        let unmarked = data.writes > 0;
+        // The completed send itself, for an error status: the last one released.
+        let mut last = None;
+        for marked in self.sends.take_marked(released.marked) {
+            data.merge(marked.data);
+            match marked.kind {
+                SendKind::Data { .. } | SendKind::Bind { .. } => {}
                 SendKind::Control(kind) => {
                     self.control.release();
                     disconnect_done |= kind == ControlKind::Ctrl(CtrlCode::Disconnect);
                 }
-                SendKind::Bind { .. } => {}
                 // A flushed invalidation revoked nothing; the connection is failing anyway.
                 SendKind::Invalidate { half, key } if ok => self.receiver.revoked(half, key),
                 SendKind::Invalidate { .. } => {}
             }
-            last = Some(kind);
+            last = Some(marked.kind);
         }
-        self.sender.complete(writes, bytes);
+        if unmarked {
+            // Unsignaled data writes came after the marked sends released.
+            last = None;
+        }
+        self.sender.complete(data.writes, data.bytes);
         if disconnect_done {
             // C: our DISCONNECT is out (or flushed): the connection is over.
             self.enter_disconnected();
@@ -180,7 +185,10 @@ impl Connection {
         if !ok && self.state.connected {
             let err = ProtoError::new(
                 ProtoErrorKind::SendFailed,
-                format!("a {last:?} send completed with an error status"),
+                match last {
+                    Some(kind) => format!("a {kind:?} send completed with an error status"),
+                    None => "a data write completed with an error status".to_string(),
+                },
             );
             return Err(self.fail(err));
         }

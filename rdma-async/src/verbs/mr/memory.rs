@@ -357,7 +357,24 @@ impl RegisteredBuffer {
     ///
     /// Callers must not have a receive or remote write outstanding on this range (the device
     /// would race the copy); the range check makes any offset safe for memory.
+    ///
+    /// Inlined, its usual case (CPU memory, a range inside) alone: it runs for every copied
+    /// chunk, and its frame cost as much as the check.
+    #[inline]
     pub(crate) fn write_at(&self, offset: usize, src: &[u8]) -> io::Result<()> {
+        if let Some(dst) = self.cpu_range_ptr(offset, src.len()) {
+            // SAFETY: `dst` starts a checked range of the live allocation, and `src` is
+            // ordinary Rust memory that cannot overlap it (no reference into the buffer exists).
+            unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+            return Ok(());
+        }
+        self.write_at_other(offset, src)
+    }
+
+    /// [`Self::write_at`] but for its usual case: the errors, or a range outside.
+    #[cold]
+    #[inline(never)]
+    fn write_at_other(&self, offset: usize, src: &[u8]) -> io::Result<()> {
         match self.cpu_access() {
             CpuAccess::ReadWrite => {}
             CpuAccess::ReadOnlyFile => {
@@ -375,8 +392,23 @@ impl RegisteredBuffer {
         Ok(())
     }
 
-    /// Copies `dst.len()` bytes at `offset` out of the buffer.
+    /// Copies `dst.len()` bytes at `offset` out of the buffer. Inlined, its usual case alone,
+    /// as [`Self::write_at`]: it runs for every read.
+    #[inline]
     pub(crate) fn read_at(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
+        if let Some(src) = self.cpu_range_ptr(offset, dst.len()) {
+            // SAFETY: as in `write_at`, in the other direction.
+            unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+            return Ok(());
+        }
+        self.read_at_other(offset, dst)
+    }
+
+    /// [`Self::read_at`] but for its usual case: a file's bytes, the errors, or a range
+    /// outside.
+    #[cold]
+    #[inline(never)]
+    fn read_at_other(&self, offset: usize, dst: &mut [u8]) -> io::Result<()> {
         match (self.cpu_access(), &self.backing) {
             (CpuAccess::ReadWrite, _) => {
                 let src = self.range_ptr(offset, dst.len())?;
@@ -432,6 +464,18 @@ impl RegisteredBuffer {
             length,
             lkey: self.lkey(),
         })
+    }
+
+    /// A pointer to byte `offset` of memory the CPU may read and write, if `len` bytes from
+    /// there are in the buffer.
+    #[inline]
+    fn cpu_range_ptr(&self, offset: usize, len: usize) -> Option<*mut u8> {
+        let inside = offset.checked_add(len).is_some_and(|end| end <= self.len());
+        if !inside || !matches!(self.cpu_access(), CpuAccess::ReadWrite) {
+            return None;
+        }
+        // SAFETY: the check keeps `offset` within the allocation (at most one past its end).
+        Some(unsafe { self.ptr.as_ptr().add(offset) })
     }
 
     /// A pointer to byte `offset`, after checking that `len` bytes from there are in the buffer.
