@@ -17,7 +17,7 @@
 //!   invalidation revokes it; it holds the region meanwhile, and gives it back only once the
 //!   peer can no longer reach it (never, when that cannot be known: see [`WindowError`]).
 //!
-//! The cost per operation over a raw `ibv_post_send`: a semaphore permit (the queue depth), one
+//! The cost per operation over a raw `ibv_post_send`: a place in the queue (a counter of its depth), one
 //! uncontended mutex for the slot table at post, completion and pick-up, and either a busy poll
 //! of the completion queue by the operation itself (when it is the only one on its queue and its
 //! completion comes within the window; now and then it first lets the tasks ready on its thread
@@ -50,6 +50,7 @@ mod completion_task;
 mod connection;
 pub(crate) mod dialing;
 mod options;
+mod queue_slots;
 mod reaping;
 mod received;
 mod srq;

@@ -5,9 +5,8 @@ use std::net::IpAddr;
 use std::ops::RangeBounds;
 use std::sync::Arc;
 
-use tokio::sync::Semaphore;
-
 use super::completion_task::{Ring, lost_buffer, post_and_wait};
+use super::queue_slots::QueueSlots;
 use super::received::Received;
 use crate::device::DeviceContext;
 use crate::memory::sealed::Carried;
@@ -48,7 +47,7 @@ pub struct SharedReceiveQueue {
 #[derive(Debug)]
 pub(super) struct SrqInner {
     pub(super) srq: Arc<SharedRecvQueue>,
-    pub(super) slots: Semaphore,
+    pub(super) slots: QueueSlots,
     pub(super) depth: u32,
     pub(super) pd: Arc<ProtectionDomain>,
 }
@@ -79,7 +78,7 @@ impl SharedReceiveQueue {
         Ok(SharedReceiveQueue {
             inner: Arc::new(SrqInner {
                 srq,
-                slots: Semaphore::new(depth.max(1) as usize),
+                slots: QueueSlots::new(depth.max(1) as usize),
                 depth: depth.max(1),
                 pd,
             }),

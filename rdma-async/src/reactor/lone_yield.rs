@@ -10,7 +10,7 @@
 //! operations keep yielding.
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::task::Poll;
+use std::task::{Context, Poll};
 
 /// Lone operations that spin without yielding after a yield that found nobody posting beside
 /// it. It bounds how long tasks that start posting together run one at a time (that many round
@@ -45,21 +45,15 @@ impl LoneYield {
 }
 
 /// Lets the tasks that are ready to run on this thread run, once: the task wakes itself and
-/// returns `Pending`, which Tokio's schedulers treat as a yield (a task goes to the back of its
-/// worker's run queue, and wakes no other worker while it is the only one there). Unlike
+/// returns `Pending` (the caller returns what this returns), which Tokio's schedulers treat as
+/// a yield (a task goes to the back of its worker's run queue, and wakes no other worker while
+/// it is the only one there); its next poll is its turn after them. Unlike
 /// `tokio::task::yield_now`, it does not wait for the I/O driver to be polled first, which
-/// costs a system call where no other task is ready.
-pub(crate) async fn run_ready_tasks() {
-    let mut yielded = false;
-    std::future::poll_fn(|cx| {
-        if std::mem::replace(&mut yielded, true) {
-            Poll::Ready(())
-        } else {
-            cx.waker().wake_by_ref();
-            Poll::Pending
-        }
-    })
-    .await;
+/// costs a system call where no other task is ready. A poll function, not a future: the
+/// operations that yield are hand-written state machines.
+pub(crate) fn run_ready_tasks<T>(cx: &Context<'_>) -> Poll<T> {
+    cx.waker().wake_by_ref();
+    Poll::Pending
 }
 
 #[cfg(test)]

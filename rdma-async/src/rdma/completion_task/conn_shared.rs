@@ -7,11 +7,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::Notify;
 
-use super::operation::{Reaper, Ring, post_and_wait};
+use super::operation::{PostAndWait, Posting, Reaper, Ring, post_and_wait};
 use crate::cm::link::CmLink;
 use crate::error::StickyError;
+use crate::rdma::queue_slots::QueueSlots;
 use crate::rdma::reaping::Reaping;
 use crate::rdma::srq::SharedReceiveQueue;
 use crate::reactor::AsyncCq;
@@ -42,8 +43,8 @@ pub(in crate::rdma) struct ConnShared {
     pub(in crate::rdma) pd: Arc<ProtectionDomain>,
     pub(in crate::rdma) device: IdDevice,
     pub(in crate::rdma) srq: Option<SharedReceiveQueue>,
-    pub(in crate::rdma) send_slots: Semaphore,
-    pub(in crate::rdma) recv_slots: Semaphore,
+    pub(in crate::rdma) send_slots: QueueSlots,
+    pub(in crate::rdma) recv_slots: QueueSlots,
     /// The queue depths: the slots' permits when nothing is outstanding.
     depths: (u32, u32),
     /// Who polls the completion queue: operations alone on their queue, or this task.
@@ -70,8 +71,8 @@ impl ConnShared {
             pd: parts.pd,
             device: parts.device,
             srq,
-            send_slots: Semaphore::new(depths.0 as usize),
-            recv_slots: Semaphore::new(depths.1 as usize),
+            send_slots: QueueSlots::new(depths.0 as usize),
+            recv_slots: QueueSlots::new(depths.1 as usize),
             depths,
             reaping: Reaping::new(busy_poll),
             failure: StickyError::default(),
@@ -80,7 +81,7 @@ impl ConnShared {
         }
     }
 
-    fn slots(&self, queue: WorkQueue) -> &Semaphore {
+    fn slots(&self, queue: WorkQueue) -> &QueueSlots {
         match queue {
             WorkQueue::Send => &self.send_slots,
             WorkQueue::Recv => &self.recv_slots,
@@ -90,14 +91,14 @@ impl ConnShared {
     /// Waits for room in `queue`, then posts with `post` (unless the connection is closed or
     /// failed); returns the completion and the buffers. `post` is told whether to defer the
     /// doorbell: on the send queue while other requests are outstanding ([`Ring`]).
-    pub(in crate::rdma) async fn execute(
-        &self,
+    pub(in crate::rdma) fn execute<'a>(
+        &'a self,
         queue: WorkQueue,
         held: Held,
-        post: impl FnOnce(Held, bool) -> Result<Posted, (io::Error, Held)>,
-    ) -> (io::Result<WorkCompletion>, Held) {
+        post: impl FnOnce(Held, bool) -> Result<Posted, (io::Error, Held)> + 'a,
+    ) -> PostAndWait<'a, impl FnOnce(Held) -> Posting + 'a> {
         let sending = queue == WorkQueue::Send;
-        let guarded = |held: Held| {
+        let guarded = move |held: Held| {
             if let Some(err) = self.refusal(queue) {
                 return Err((err, held));
             }
@@ -124,7 +125,7 @@ impl ConnShared {
             shared: self,
             queue,
         };
-        post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper)).await
+        post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper))
     }
 
     /// Posts the send-queue requests operations left for one doorbell ([`Ring`]), if any. Once
@@ -177,7 +178,7 @@ impl ConnShared {
             WorkQueue::Send => (&self.send_slots, self.depths.0),
             WorkQueue::Recv => (&self.recv_slots, self.depths.1),
         };
-        slots.available_permits() + 1 >= depth as usize
+        slots.available() + 1 >= depth as usize
     }
 
     /// Polls the completion queue for `ticket`'s completion for at most the busy-poll window of
@@ -283,7 +284,7 @@ impl ConnShared {
             // Only dropped operations' slots come back here.
             drop(held);
             self.reaping.handed_out();
-            self.slots(queue).add_permits(1);
+            self.slots(queue).give_back(1);
         }
     }
 
@@ -307,13 +308,13 @@ impl ConnShared {
                     // A dropped operation's slot: the device is done with its buffers now.
                     drop(held);
                     self.reaping.handed_out();
-                    self.slots(queue).add_permits(1);
+                    self.slots(queue).give_back(1);
                 }
             } else if let Some(srq) = &self.srq
                 && let Some((_, held)) = srq.inner.srq.table().complete(wc)
             {
                 drop(held);
-                srq.inner.slots.add_permits(1);
+                srq.inner.slots.give_back(1);
             }
         }
     }

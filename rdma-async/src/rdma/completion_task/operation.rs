@@ -3,12 +3,13 @@
 //! queue, and the claim on its table slot that a dropped operation leaves behind.
 
 use std::io;
+use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use tokio::sync::{Semaphore, TryAcquireError};
 use tokio::task::coop;
 
 use super::conn_shared::ConnShared;
+use crate::rdma::queue_slots::QueueSlots;
 use crate::reactor::run_ready_tasks;
 use crate::verbs::{Held, InFlightTable, Ticket, WorkCompletion, WorkQueue};
 
@@ -21,6 +22,7 @@ pub(in crate::rdma) fn lost_buffer<T>() -> T {
 
 /// A connection's operation, which polls for its own completion while it is alone on its queue
 /// and otherwise counts as unattended while it waits ([`crate::rdma::reaping`]).
+#[derive(Clone, Copy)]
 pub(in crate::rdma) struct Reaper<'a> {
     pub(super) shared: &'a ConnShared,
     pub(super) queue: WorkQueue,
@@ -52,45 +54,138 @@ pub(in crate::rdma) enum Ring {
 /// (a connection's own queue pair), the operation may poll for its completion itself and rings
 /// the doorbell of a deferred post ([`Ring`]); without one (a shared receive queue's), the
 /// completion tasks of its connections hand it over.
-pub(in crate::rdma) async fn post_and_wait(
-    table: &InFlightTable,
-    slots: &Semaphore,
+///
+/// The future is one hand-written state machine ([`PostAndWait`]) rather than nested `async`
+/// functions: every operation of a connection runs through it, and each level of nesting cost
+/// its polls and the moves of the buffers through its state.
+pub(in crate::rdma) fn post_and_wait<'a, P>(
+    table: &'a InFlightTable,
+    slots: &'a QueueSlots,
     held: Held,
-    post: impl FnOnce(Held) -> Result<(Ticket, Ring), (io::Error, Held)>,
-    reaper: Option<Reaper<'_>>,
-) -> (io::Result<WorkCompletion>, Held) {
-    // `acquire` was the operation's cooperative yield point (an operation whose completion is
-    // found at once never returns `Pending`): keep one.
-    coop::consume_budget().await;
-    // The slot comes back when the table slot is freed (see `Claim`). A free slot is taken
-    // without building `acquire`'s future: about 110 instructions less per operation.
-    let acquired = match slots.try_acquire() {
-        Ok(permit) => Ok(permit),
-        Err(TryAcquireError::NoPermits) => slots.acquire().await.map_err(drop),
-        Err(TryAcquireError::Closed) => Err(()),
-    };
-    match acquired {
-        Ok(permit) => permit.forget(),
-        Err(()) => {
-            let err = io::Error::new(io::ErrorKind::BrokenPipe, "the queue is closed");
-            return (Err(err), held);
-        }
+    post: P,
+    reaper: Option<Reaper<'a>>,
+) -> PostAndWait<'a, P>
+where
+    P: FnOnce(Held) -> Posting,
+{
+    PostAndWait {
+        table,
+        slots,
+        reaper,
+        stage: Stage::Unposted {
+            held,
+            post,
+            acquire: None,
+        },
     }
-    let (ticket, ring) = match post(held) {
-        Ok(posted) => posted,
-        Err((e, held)) => {
-            slots.add_permits(1);
-            return (Err(e), held);
+}
+
+/// What an operation's post returns: its ticket and when its doorbell rings, or why it was not
+/// posted, with its buffers.
+pub(in crate::rdma) type Posting = Result<(Ticket, Ring), (io::Error, Held)>;
+
+/// A queue slot being waited for (only when none is free).
+type Acquire<'a> = Pin<Box<dyn Future<Output = ()> + Send + Sync + 'a>>;
+
+/// The future of [`post_and_wait`].
+pub(in crate::rdma) struct PostAndWait<'a, P> {
+    table: &'a InFlightTable,
+    slots: &'a QueueSlots,
+    reaper: Option<Reaper<'a>>,
+    stage: Stage<'a, P>,
+}
+
+enum Stage<'a, P> {
+    /// Not posted yet: its buffers are its own (dropping it drops them).
+    Unposted {
+        held: Held,
+        post: P,
+        acquire: Option<Acquire<'a>>,
+    },
+    /// Posted: the buffers are in the table.
+    Posted { claim: Claim<'a>, wait: Wait },
+    /// Its output was returned.
+    Finished,
+}
+
+/// Where a posted operation's wait is ([`Claim`]'s steps).
+enum Wait {
+    /// Just posted: it may let the ready tasks run first.
+    Posted,
+    /// It let the ready tasks run (the poll after its yield comes back here).
+    Yielded { probed: bool },
+    /// It polls the table for its completion; `missed` when its own spin ended empty.
+    Polling { missed: bool },
+}
+
+impl<P> Unpin for PostAndWait<'_, P> {}
+
+impl<P> Future for PostAndWait<'_, P>
+where
+    P: FnOnce(Held) -> Posting,
+{
+    type Output = (io::Result<WorkCompletion>, Held);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        if let Stage::Unposted { acquire, .. } = &mut this.stage {
+            if acquire.is_none() {
+                // `acquire` was the operation's cooperative yield point (an operation whose
+                // completion is found at once never returns `Pending`): keep one.
+                let Poll::Ready(restore) = coop::poll_proceed(cx) else {
+                    return Poll::Pending;
+                };
+                restore.made_progress();
+            }
+            // The slot comes back when the table slot is freed (see `Claim`). A free slot is
+            // taken without building `take`'s future.
+            match acquire {
+                Some(waiting) => std::task::ready!(waiting.as_mut().poll(cx)),
+                None if this.slots.try_take() => {}
+                None => {
+                    let mut waiting: Acquire<'_> = Box::pin(this.slots.take());
+                    if waiting.as_mut().poll(cx).is_pending() {
+                        *acquire = Some(waiting);
+                        return Poll::Pending;
+                    }
+                }
+            }
+            let Stage::Unposted { held, post, .. } =
+                std::mem::replace(&mut this.stage, Stage::Finished)
+            else {
+                unreachable!("the stage was matched above")
+            };
+            let (ticket, ring) = match post(held) {
+                Ok(posted) => posted,
+                Err((e, held)) => {
+                    this.slots.give_back(1);
+                    return Poll::Ready((Err(e), held));
+                }
+            };
+            let claim = Claim::new(
+                this.table,
+                this.slots,
+                ticket,
+                this.reaper,
+                ring == Ring::AfterOthers,
+            );
+            if ring == Ring::Now
+                && let Some(r) = &claim.reaper
+            {
+                r.shared.ring();
+            }
+            this.stage = Stage::Posted {
+                claim,
+                wait: Wait::Posted,
+            };
         }
-    };
-    let claim = Claim::new(table, slots, ticket, reaper, ring == Ring::AfterOthers);
-    if ring == Ring::Now
-        && let Some(r) = &claim.reaper
-    {
-        r.shared.ring();
+        let Stage::Posted { claim, wait } = &mut this.stage else {
+            panic!("`PostAndWait` polled after it completed");
+        };
+        let (wc, held) = std::task::ready!(claim.poll_wait(wait, cx));
+        this.stage = Stage::Finished;
+        Poll::Ready((Ok(wc), held))
     }
-    let (wc, held) = claim.completion().await;
-    (Ok(wc), held)
 }
 
 /// A posted work request's claim on its slot; dropping it before the completion leaves the
@@ -98,7 +193,7 @@ pub(in crate::rdma) async fn post_and_wait(
 /// gives its queue slot (`slots`) back.
 struct Claim<'a> {
     table: &'a InFlightTable,
-    slots: &'a Semaphore,
+    slots: &'a QueueSlots,
     ticket: Ticket,
     reaper: Option<Reaper<'a>>,
     /// Counted as unattended
@@ -112,7 +207,7 @@ struct Claim<'a> {
 impl<'a> Claim<'a> {
     fn new(
         table: &'a InFlightTable,
-        slots: &'a Semaphore,
+        slots: &'a QueueSlots,
         ticket: Ticket,
         reaper: Option<Reaper<'a>>,
         rings: bool,
@@ -137,46 +232,70 @@ impl<'a> Claim<'a> {
         }
     }
 
-    async fn completion(mut self) -> (WorkCompletion, Held) {
-        // A lone operation in a spawned task may let the tasks ready on its thread run first
-        // (`LoneYield` decides): they may post theirs beside it, and it then parks instead of
-        // spinning. Outside a task (a `block_on` future) the yield could cost the runtime a
-        // wake-up through its driver, and it spins at once.
-        let shared = self.reaper.as_ref().map(|r| (r.shared, r.queue));
-        let alone_on = || shared.is_some_and(|(shared, queue)| shared.alone_on(queue));
-        // The first of a chain was posted beside others: not alone.
-        let alone_at_post = !self.rings && alone_on();
-        let probe = match shared {
-            Some((shared, queue)) if alone_at_post => {
-                let probe = shared.reaping.lone_yield(queue);
-                (probe.should_yield() && tokio::task::try_id().is_some()).then_some(probe)
+    /// Whether the operation is the only one outstanding on its queue.
+    fn alone(&self) -> bool {
+        self.reaper
+            .as_ref()
+            .is_some_and(|r| r.shared.alone_on(r.queue))
+    }
+
+    /// Waits for the completion, from `wait` on; `Ready` once it was taken from the table.
+    fn poll_wait(&mut self, wait: &mut Wait, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held)> {
+        loop {
+            match *wait {
+                Wait::Posted => {
+                    // A lone operation in a spawned task may let the tasks ready on its thread
+                    // run first (`LoneYield` decides): they may post theirs beside it, and it
+                    // then parks instead of spinning. Outside a task (a `block_on` future) the
+                    // yield could cost the runtime a wake-up through its driver, and it spins
+                    // at once. The first of a chain was posted beside others: not alone, and it
+                    // also lets them add their requests to its chain first.
+                    let alone_at_post = !self.rings && self.alone();
+                    let probed = match &self.reaper {
+                        Some(r) if alone_at_post => {
+                            r.shared.reaping.lone_yield(r.queue).should_yield()
+                                && tokio::task::try_id().is_some()
+                        }
+                        _ => false,
+                    };
+                    if self.rings || probed {
+                        *wait = Wait::Yielded { probed };
+                        return run_ready_tasks(cx);
+                    }
+                    *wait = self.start_polling(alone_at_post);
+                }
+                Wait::Yielded { probed } => {
+                    self.ring();
+                    // Still alone on its queue, the operation first polls for its completion
+                    // itself.
+                    let alone = self.alone();
+                    if probed && let Some(r) = &self.reaper {
+                        r.shared.reaping.lone_yield(r.queue).yielded(!alone);
+                    }
+                    *wait = self.start_polling(alone);
+                }
+                Wait::Polling { missed } => {
+                    let (wc, held, _) = std::task::ready!(self.poll_completion(cx));
+                    if missed && let Some(r) = &self.reaper {
+                        // A completion soon after the window grows the window.
+                        r.shared.reaping.spin(r.queue).record_late();
+                    }
+                    self.done = true;
+                    self.unpark();
+                    self.slots.give_back(1);
+                    return Poll::Ready((wc, held));
+                }
             }
-            _ => None,
-        };
-        let yields = self.rings || probe.is_some();
-        if yields {
-            // The chain's first also lets them add their requests to its chain first.
-            run_ready_tasks().await;
-            self.ring();
         }
-        // Still alone on its queue, the operation first polls for its completion itself.
-        let alone = if yields { alone_on() } else { alone_at_post };
-        if let Some(probe) = probe {
-            probe.yielded(!alone);
-        }
-        let missed = match shared {
-            Some((shared, queue)) if alone => shared.spin_for(queue, &self.ticket),
+    }
+
+    /// Spins for the completion first when `alone`; the wait then polls the table.
+    fn start_polling(&self, alone: bool) -> Wait {
+        let missed = match &self.reaper {
+            Some(r) if alone => r.shared.spin_for(r.queue, &self.ticket),
             _ => false,
         };
-        let (wc, held, _) = std::future::poll_fn(|cx| self.poll_completion(cx)).await;
-        if missed && let Some(r) = &self.reaper {
-            // A completion soon after the window grows the window.
-            r.shared.reaping.spin(r.queue).record_late();
-        }
-        self.done = true;
-        self.unpark();
-        self.slots.add_permits(1);
-        (wc, held)
+        Wait::Polling { missed }
     }
 
     fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held, WorkQueue)> {
@@ -214,7 +333,7 @@ impl Drop for Claim<'_> {
             Some((_, held)) => {
                 drop(held);
                 self.unpark();
-                self.slots.add_permits(1);
+                self.slots.give_back(1);
             }
             // Still outstanding: the slot waits, unattended, for the completion that frees it
             // (`ConnShared::dispatch` counts it off then).
@@ -241,7 +360,7 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn operations_that_complete_at_once_still_yield_to_other_tasks() {
         let table = InFlightTable::new(1, false);
-        let slots = Semaphore::new(1);
+        let slots = QueueSlots::new(1);
         let other_ran = Arc::new(AtomicBool::new(false));
         let flag = other_ran.clone();
         tokio::spawn(async move { flag.store(true, Ordering::Release) });
@@ -268,6 +387,6 @@ mod tests {
             other_ran.load(Ordering::Acquire),
             "{operations} operations ran without letting the other task run"
         );
-        assert_eq!(slots.available_permits(), 1, "every slot came back");
+        assert_eq!(slots.available(), 1, "every slot came back");
     }
 }

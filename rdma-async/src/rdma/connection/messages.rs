@@ -23,15 +23,13 @@ impl RdmaConnection {
     /// # Cancel safety
     ///
     /// See the type's documentation: the buffer is released only after the completion.
-    pub async fn send<B: RegisteredBytes>(
+    pub fn send<B: RegisteredBytes>(
         &self,
         buf: B,
         range: impl RangeBounds<usize>,
-    ) -> (io::Result<()>, B) {
-        let (r, b) = self
-            .run_one(OpKind::Send, Some(Opcode::Send { imm: None }), buf, range)
-            .await;
-        (r.map(drop), b)
+    ) -> impl Future<Output = (io::Result<()>, B)> {
+        self.run_one(OpKind::Send, Some(Opcode::Send { imm: None }), buf, range)
+            .succeeded()
     }
 
     /// As [`Self::send`], with 32 bits of immediate data the peer's receive reports.
@@ -43,15 +41,14 @@ impl RdmaConnection {
     /// # Cancel safety
     ///
     /// As [`Self::send`].
-    pub async fn send_with_imm<B: RegisteredBytes>(
+    pub fn send_with_imm<B: RegisteredBytes>(
         &self,
         buf: B,
         range: impl RangeBounds<usize>,
         imm: u32,
-    ) -> (io::Result<()>, B) {
+    ) -> impl Future<Output = (io::Result<()>, B)> {
         let op = Some(Opcode::Send { imm: Some(imm) });
-        let (r, b) = self.run_one(OpKind::Send, op, buf, range).await;
-        (r.map(drop), b)
+        self.run_one(OpKind::Send, op, buf, range).succeeded()
     }
 
     /// Gathers the given ranges of several regions into one message.

@@ -5,7 +5,7 @@ use std::io;
 use std::ops::{Range, RangeBounds};
 
 use super::RdmaConnection;
-use super::posting::OpKind;
+use super::posting::{OneOperation, OpKind};
 use crate::error;
 use crate::memory::RegisteredBytes;
 use crate::memory::RemoteSlice;
@@ -56,13 +56,13 @@ impl RdmaConnection {
     /// # Cancel safety
     ///
     /// See the type's documentation: the write still happens; the buffer is released after it.
-    pub async fn write<B: RegisteredBytes>(
+    pub fn write<B: RegisteredBytes>(
         &self,
         buf: B,
         range: impl RangeBounds<usize>,
         remote: RemoteSlice,
-    ) -> (io::Result<()>, B) {
-        self.write_inner(buf, range, remote, None).await
+    ) -> impl Future<Output = (io::Result<()>, B)> {
+        self.write_inner(buf, range, remote, None)
     }
 
     /// As [`Self::write`], and consumes one of the peer's receives, which reports `imm` and the
@@ -75,18 +75,18 @@ impl RdmaConnection {
     /// # Cancel safety
     ///
     /// As [`Self::write`].
-    pub async fn write_with_imm<B: RegisteredBytes>(
+    pub fn write_with_imm<B: RegisteredBytes>(
         &self,
         buf: B,
         range: impl RangeBounds<usize>,
         remote: RemoteSlice,
         imm: u32,
-    ) -> (io::Result<()>, B) {
-        self.write_inner(buf, range, remote, Some(imm)).await
+    ) -> impl Future<Output = (io::Result<()>, B)> {
+        self.write_inner(buf, range, remote, Some(imm))
     }
 
-    /// Not an `async fn`: returning `one_sided`'s future saves a layer of state machine (the
-    /// moves into it, and a dispatch at every poll) on each write.
+    /// Not `async fn`s, down to the post (`one_sided`, `run_one`): each level of `async`
+    /// nesting cost its polls and the moves of the buffer through its state on every write.
     fn write_inner<B: RegisteredBytes>(
         &self,
         buf: B,
@@ -103,22 +103,21 @@ impl RdmaConnection {
     }
 
     /// An RDMA read or write of `range` of `buf`, checked against `remote` first.
-    async fn one_sided<B: RegisteredBytes>(
+    fn one_sided<B: RegisteredBytes>(
         &self,
         op: OpKind,
         opcode: Opcode,
         buf: B,
         range: impl RangeBounds<usize>,
         remote: RemoteSlice,
-    ) -> (io::Result<()>, B) {
+    ) -> impl Future<Output = (io::Result<()>, B)> {
         let checked = span(buf.len(), range)
             .and_then(|(o, l)| Self::check_remote(l, remote, op.verb()).map(|()| o..o + l));
-        let range = match checked {
-            Ok(r) => r,
-            Err(e) => return (Err(e), buf),
+        let operation = match checked {
+            Ok(range) => self.run_one(op, Some(opcode), buf, range),
+            Err(e) => OneOperation::Refused(Some((e, buf))),
         };
-        let (r, b) = self.run_one(op, Some(opcode), buf, range).await;
-        (r.map(drop), b)
+        operation.succeeded()
     }
 
     /// The vectored form of [`Self::one_sided`].
@@ -190,18 +189,17 @@ impl RdmaConnection {
     /// # Cancel safety
     ///
     /// See the type's documentation: the buffer is released after the read landed in it.
-    pub async fn read<B: RegisteredBytes>(
+    pub fn read<B: RegisteredBytes>(
         &self,
         buf: B,
         range: impl RangeBounds<usize>,
         remote: RemoteSlice,
-    ) -> (io::Result<()>, B) {
+    ) -> impl Future<Output = (io::Result<()>, B)> {
         let opcode = Opcode::Read {
             remote_addr: remote.addr(),
             rkey: remote.rkey(),
         };
         self.one_sided(OpKind::Read(remote), opcode, buf, range, remote)
-            .await
     }
 
     /// Reads the peer's memory at `remote` and scatters it over the given ranges.

@@ -4,8 +4,11 @@
 //! errors of failed completions.
 
 use std::io;
+use std::marker::PhantomData;
 use std::ops::{Range, RangeBounds};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll, ready};
 
 use super::RdmaConnection;
 use crate::error;
@@ -124,8 +127,8 @@ impl RdmaConnection {
         if let Some(e) = bad {
             return (Err(e), back(held));
         }
-        let (result, held) = self.post_held(op, opcode, held, &segments).await;
-        (result, back(held))
+        let (result, held) = self.post_on_queue(opcode, held, segments).await;
+        (self.check_completion(result, op), back(held))
     }
 
     /// Whether `buf` may take part in `op` on this connection.
@@ -133,40 +136,39 @@ impl RdmaConnection {
         self.own(buf).and_then(|()| op.check_destination(buf))
     }
 
-    /// Posts `held` over `segments` on the queue `opcode` says (a receive without one), waits
-    /// for the completion and maps it.
-    async fn post_held(
-        &self,
-        op: OpKind,
+    /// Posts `held` over `segments` on the queue `opcode` says (a receive without one) and
+    /// waits for the completion.
+    fn post_on_queue<'a, S: AsRef<[Segment]> + 'a>(
+        &'a self,
         opcode: Option<Opcode>,
         held: Held,
-        segments: &[Segment],
-    ) -> (io::Result<WorkCompletion>, Held) {
+        segments: S,
+    ) -> impl Future<Output = (io::Result<WorkCompletion>, Held)> + Unpin + 'a {
         let qp = &self.shared.qp;
-        let (result, held) = match opcode {
-            Some(opcode) => {
-                self.shared
-                    .execute(WorkQueue::Send, held, |h, defer| {
-                        qp.post_caller(opcode, h, segments, defer)
-                    })
-                    .await
-            }
-            None => {
-                self.shared
-                    .execute(WorkQueue::Recv, held, |h, _| {
-                        qp.post_recv_caller(h, segments).map(Posted::from)
-                    })
-                    .await
-            }
+        let queue = match opcode {
+            Some(_) => WorkQueue::Send,
+            None => WorkQueue::Recv,
         };
-        let result = result.and_then(|wc| {
+        self.shared
+            .execute(queue, held, move |h, defer| match opcode {
+                Some(opcode) => qp.post_caller(opcode, h, segments.as_ref(), defer),
+                None => qp.post_recv_caller(h, segments.as_ref()).map(Posted::from),
+            })
+    }
+
+    /// `result`, or the error of `op`'s failed completion.
+    fn check_completion(
+        &self,
+        result: io::Result<WorkCompletion>,
+        op: OpKind,
+    ) -> io::Result<WorkCompletion> {
+        result.and_then(|wc| {
             if wc.status.is_success() {
                 Ok(wc)
             } else {
                 Err(self.completion_error(&wc, op))
             }
-        });
-        (result, held)
+        })
     }
 
     fn completion_error(&self, wc: &WorkCompletion, op: OpKind) -> io::Error {
@@ -229,31 +231,96 @@ impl RdmaConnection {
         &self.shared.pd
     }
 
-    pub(super) async fn run_one<B: RegisteredBytes>(
+    /// Runs one operation over `range` of one buffer and maps its completion. Not an `async fn`:
+    /// every single-buffer operation (each write) goes through it, and the one state machine
+    /// it returns ([`OneOperation`]) saves the levels of `async` nesting (their polls, and the
+    /// moves of the buffer through each).
+    pub(super) fn run_one<B: RegisteredBytes>(
         &self,
         op: OpKind,
         opcode: Option<Opcode>,
         buf: B,
         range: impl RangeBounds<usize>,
-    ) -> (io::Result<WorkCompletion>, B) {
-        let range = match span(buf.len(), range) {
-            Ok((offset, len)) => offset..offset + len,
-            Err(e) => return (Err(e), buf),
+    ) -> OneOperation<'_, B, impl Future<Output = (io::Result<WorkCompletion>, Held)> + Unpin + '_>
+    {
+        let checked = span(buf.len(), range)
+            .map(|(offset, len)| offset..offset + len)
+            .and_then(|range| self.admit(op, &buf).map(|()| range));
+        let range = match checked {
+            Ok(range) => range,
+            Err(e) => return OneOperation::Refused(Some((e, buf))),
         };
         // One buffer needs none of `run`'s vectors: no allocation on the per-message path.
-        if let Err(e) = self.admit(op, &buf) {
-            return (Err(e), buf);
-        }
         let segment = [Segment {
             buffer: 0,
             offset: range.start,
             len: range.end - range.start,
         }];
         let held = Held::One(buf.into_user().0);
-        match self.post_held(op, opcode, held, &segment).await {
-            (result, Held::One(user)) => (result, B::from_user(Carried(user))),
-            // The table gives back exactly what it was given.
-            _ => lost_buffer(),
+        OneOperation::Running {
+            conn: self,
+            op,
+            posted: self.post_on_queue(opcode, held, segment),
+            buf: PhantomData,
+        }
+    }
+}
+
+/// The future of an operation on one buffer ([`RdmaConnection::run_one`]): refused before it
+/// was posted, or posted and waiting for its completion (`posted`).
+pub(super) enum OneOperation<'a, B, F> {
+    Refused(Option<(io::Error, B)>),
+    Running {
+        conn: &'a RdmaConnection,
+        op: OpKind,
+        posted: F,
+        buf: PhantomData<fn() -> B>,
+    },
+}
+
+impl<'a, B, F> OneOperation<'a, B, F>
+where
+    B: RegisteredBytes + 'a,
+    F: Future<Output = (io::Result<WorkCompletion>, Held)> + Unpin + 'a,
+{
+    /// The operation with only whether it succeeded (writes, reads and sends report no more).
+    pub(super) fn succeeded(mut self) -> impl Future<Output = (io::Result<()>, B)> + 'a {
+        std::future::poll_fn(move |cx| Pin::new(&mut self).poll(cx).map(|(r, b)| (r.map(drop), b)))
+    }
+}
+
+// Nothing in it is pinned in place: `posted` is `Unpin`, and the refused buffer is only moved
+// out.
+impl<B, F: Unpin> Unpin for OneOperation<'_, B, F> {}
+
+impl<B, F> Future for OneOperation<'_, B, F>
+where
+    B: RegisteredBytes,
+    F: Future<Output = (io::Result<WorkCompletion>, Held)> + Unpin,
+{
+    type Output = (io::Result<WorkCompletion>, B);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            OneOperation::Refused(refused) => {
+                let (e, buf) = refused
+                    .take()
+                    .expect("`OneOperation` polled after it completed");
+                Poll::Ready((Err(e), buf))
+            }
+            OneOperation::Running {
+                conn, op, posted, ..
+            } => {
+                let (result, held) = ready!(Pin::new(posted).poll(cx));
+                match held {
+                    Held::One(user) => Poll::Ready((
+                        conn.check_completion(result, *op),
+                        B::from_user(Carried(user)),
+                    )),
+                    // The table gives back exactly what it was given.
+                    _ => lost_buffer(),
+                }
+            }
         }
     }
 }
