@@ -10,6 +10,7 @@
 use std::collections::VecDeque;
 
 use super::error::ProtoError;
+#[cfg(any(test, rdma_async_fuzzing))]
 use super::ring::Segments;
 use super::ring_access::{Bind, Revoke, RingAccess, RingKeys};
 use super::sge::{ByteOrder, RsSge};
@@ -263,8 +264,22 @@ impl Receiver {
     }
 
     /// The unread bytes, in order, as ring offsets (at most two segments).
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn readable_segments(&self) -> Segments {
         Segments::in_ring(self.rbuf_offset, self.readable, self.rbuf_size)
+    }
+
+    /// The read position and how many readable bytes follow it before the end of the ring
+    /// (the rest, if any, are at its start): the readable bytes' segments without building
+    /// them, for the read of every message.
+    #[inline]
+    pub(crate) fn readable_run(&self) -> (usize, usize) {
+        // `rbuf_offset < rbuf_size` (see `consume`).
+        let to_end = self.rbuf_size - self.rbuf_offset;
+        (
+            self.rbuf_offset as usize,
+            self.readable.min(to_end) as usize,
+        )
     }
 
     /// Bytes from the read position to the end of its half of the ring.

@@ -70,7 +70,7 @@ pub(crate) const TARGET_SGL_BYTES: usize = RS_SGL_SIZE * RsSge::LEN;
 ///   bytes into the send ring, or sends them inline, and posts it);
 ///   [`prepare_external_write`](Self::prepare_external_write) plans one sent from the caller's
 ///   own registered memory. Reads:
-///   [`readable_segments`](Self::readable_segments) says where the readable bytes are in the
+///   [`readable_run`](Self::readable_run) says where the readable bytes are in the
 ///   receive ring and [`consume`](Self::consume) takes them once copied out;
 ///   [`lend`](Self::lend) and [`deregistered`](Self::deregistered) hand them out without a copy
 ///   instead. And [`shutdown_write`](Self::shutdown_write), [`close`](Self::close),
@@ -114,7 +114,7 @@ pub(crate) const TARGET_SGL_BYTES: usize = RS_SGL_SIZE * RsSge::LEN;
 ///    probes the peer now and then with `queue_keepalive` and `poll_control`). After the chunks,
 ///    `poll_control`; the chain goes to the device with one `ibv_post_send`.
 /// 4. A read: when `read_status_len` is 0 the queued completions are handled (2) first; then
-///    `read_status`: with data, copy out of `readable_segments` and `consume`, then
+///    `read_status`: with data, copy out of `readable_run` and `consume`, then
 ///    `poll_control` (consuming is what returns credits and ring space to the peer); `Blocked`
 ///    waits for completions; `Eof` and `Failed` end the read.
 /// 5. rdma_cm's `DISCONNECTED`: every completion still queued is handled (2) first, so bytes

@@ -7,6 +7,7 @@ use crate::proto::error::ProtoError;
 use crate::proto::imm::{CtrlCode, Op};
 use crate::proto::plan::LendStep;
 use crate::proto::receiver::Lend;
+#[cfg(any(test, rdma_async_fuzzing))]
 use crate::proto::ring::Segments;
 use crate::proto::ring_access::Revoke;
 use crate::proto::sge::{ByteOrder, RsSge};
@@ -196,8 +197,16 @@ impl Connection {
     }
 
     /// The readable bytes as receive-ring offsets, in stream order (copy source).
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn readable_segments(&self) -> Segments {
         self.receiver.readable_segments()
+    }
+
+    /// The read position in the receive ring, and the readable bytes from there to the ring's
+    /// end; the other readable bytes, if any, start at offset 0 (copy source).
+    #[inline]
+    pub(crate) fn readable_run(&self) -> (usize, usize) {
+        self.receiver.readable_run()
     }
 
     /// The application consumed `n` readable bytes (after copying them out).

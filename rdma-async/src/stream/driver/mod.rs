@@ -41,7 +41,7 @@ mod timeouts;
 mod wait;
 mod write;
 
-use counted_lock::CountedLock;
+use counted_lock::{CountedGuard, CountedLock};
 pub(in crate::stream) use device::{PostChain, StreamDevice, VerbsDevice};
 #[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) use fake::FakeStreams;
@@ -61,7 +61,6 @@ use crate::stream::deadline_timer::DeadlineTimer;
 use crate::stream::region_write::AttachedBuffer;
 use crate::stream::side_wakers::SideWakers;
 use crate::stream::stats::StreamStats;
-use crate::sync::MutexGuard;
 use crate::verbs::UserBuffer;
 
 /// The queue pair's buffers, by index.
@@ -181,7 +180,7 @@ impl<D: StreamDevice> StreamCore<D> {
         Ok(core)
     }
 
-    fn lock(&self) -> MutexGuard<'_, CoreState> {
+    fn lock(&self) -> CountedGuard<'_, CoreState> {
         // Every update keeps the state consistent before anything that could panic.
         let mut state = self.state.lock();
         // Only a look made under this hold of the lock counts for its waits.

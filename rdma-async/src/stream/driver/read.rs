@@ -59,14 +59,15 @@ impl<D: StreamDevice> StreamCore<D> {
         peek: bool,
         mut put: impl FnMut(usize, usize) -> io::Result<()>,
     ) -> io::Result<()> {
-        let mut taken = 0;
-        for seg in state.conn.readable_segments().as_slice() {
-            let n = seg.len.min(max - taken);
-            if n == 0 {
-                break;
-            }
-            put(seg.offset, n)?;
-            taken += n;
+        // At most two pieces: from the read position to the ring's end, then from its start.
+        let taken = max.min(state.conn.read_status_len());
+        let (offset, run) = state.conn.readable_run();
+        let first = taken.min(run);
+        if first > 0 {
+            put(offset, first)?;
+        }
+        if taken > first {
+            put(0, taken - first)?;
         }
         if !peek {
             state.conn.consume(taken).map_err(io::Error::from)?;

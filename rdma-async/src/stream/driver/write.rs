@@ -45,16 +45,21 @@ impl<D: StreamDevice> StreamCore<D> {
         while source.remaining() > 0 {
             match state.conn.prepare_write(&mut call, source.remaining()) {
                 Ok(write) => {
-                    if written == 0
+                    // The usual call: one chunk takes all its bytes, with nothing else due.
+                    // One call site for both shapes, so that `push_data` is inlined once.
+                    let alone = written == 0
                         && write.len == source.remaining()
-                        && !state.conn.control_ready()
-                    {
-                        self.push_data(&mut state, None, &write, &mut source)?;
-                        return Poll::Ready(Ok(write.len));
-                    }
-                    let chain = chain.get_or_insert_with(|| self.device.chain());
-                    self.push_data(&mut state, Some(chain), &write, &mut source)?;
+                        && !state.conn.control_ready();
+                    let to = if alone {
+                        None
+                    } else {
+                        Some(chain.get_or_insert_with(|| self.device.chain()))
+                    };
+                    self.push_data(&mut state, to, &write, &mut source)?;
                     written += write.len;
+                    if alone {
+                        return Poll::Ready(Ok(written));
+                    }
                 }
                 Err(_) if written > 0 => break,
                 Err(_) if !pumped => {
