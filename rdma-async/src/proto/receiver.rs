@@ -173,6 +173,10 @@ impl Receiver {
         if self.grants.iter().any(|g| g.offset == start) {
             return Lend::Copy;
         }
+        // A key whose revocation failed may still reach this half: copy, never lend.
+        if access.is_unrevocable(half) {
+            return Lend::Copy;
+        }
         if access.is_revoked(half) {
             let len = self.readable.min(start + self.half - self.rbuf_offset);
             return Lend::Ready {
@@ -190,6 +194,13 @@ impl Receiver {
     pub(crate) fn revoked(&mut self, half: usize, key: u32) {
         if let Some(access) = &mut self.access {
             access.revoked(half, key);
+        }
+    }
+
+    /// A revocation [`Self::lend`] asked for failed: `half` is copied from now on.
+    pub(crate) fn revoke_failed(&mut self, half: usize, key: u32) {
+        if let Some(access) = &mut self.access {
+            access.revoke_failed(half, key);
         }
     }
 

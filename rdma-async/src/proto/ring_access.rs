@@ -55,6 +55,9 @@ pub(crate) struct RingAccess {
     halves: [HalfAccess; 2],
     /// The current key of each half's window (its last bind's, or the allocated one).
     window_keys: [u32; 2],
+    /// A revocation of some key of the half failed: that key may still reach it, so the half is
+    /// never lent again (its bytes are copied). Leak rather than reuse.
+    unrevocable: [bool; 2],
 }
 
 /// `ibv_inc_rkey`: the key a bind gives a window, so that a key granted before cannot reach
@@ -70,6 +73,7 @@ impl RingAccess {
                 .initial
                 .map(|key| HalfAccess::Granted { key, initial: true }),
             window_keys: keys.window,
+            unrevocable: [false; 2],
         }
     }
 
@@ -96,6 +100,9 @@ impl RingAccess {
         let HalfAccess::Granted { key, initial } = self.halves[half] else {
             return None;
         };
+        if self.unrevocable[half] {
+            return None;
+        }
         self.halves[half] = HalfAccess::Revoking { key };
         Some(if initial {
             Revoke::Deregister { half, key }
@@ -112,9 +119,20 @@ impl RingAccess {
         }
     }
 
+    /// The revocation of `key` on `half` failed (a flushed or failed invalidation): the key may
+    /// still reach the half, whichever key grants it now, so the half is never lent again.
+    pub(crate) fn revoke_failed(&mut self, half: usize, _key: u32) {
+        self.unrevocable[half] = true;
+    }
+
+    /// Whether a revocation on `half` failed, so its bytes can only be copied.
+    pub(crate) fn is_unrevocable(&self, half: usize) -> bool {
+        self.unrevocable[half]
+    }
+
     /// Whether the peer can reach `half` through nothing.
     pub(crate) fn is_revoked(&self, half: usize) -> bool {
-        self.halves[half] == HalfAccess::Revoked
+        !self.unrevocable[half] && self.halves[half] == HalfAccess::Revoked
     }
 }
 
@@ -200,5 +218,34 @@ mod tests {
         a.revoked(1, 0x200);
         assert!(!a.is_revoked(1));
         assert_eq!(a.grant(1), (key, None));
+    }
+
+    #[test]
+    fn a_failed_revocation_of_an_overtaken_key_keeps_the_half_from_being_lent() {
+        let mut a = access();
+        // Half 0 revoked, granted through its window (key 0x300), revocation of 0x300 begun.
+        a.begin_revoke(0);
+        a.revoked(0, 0x100);
+        let (old, _) = a.grant(0);
+        assert_eq!(
+            a.begin_revoke(0),
+            Some(Revoke::Invalidate { half: 0, key: old })
+        );
+        // Copied and granted again (0x301) before the invalidation of 0x300 completed.
+        let (new, _) = a.grant(0);
+        assert_ne!(old, new);
+        a.begin_revoke(0);
+        // The invalidation of 0x300 fails, that of 0x301 succeeds: 0x300 may still reach it.
+        a.revoke_failed(0, old);
+        a.revoked(0, new);
+        assert!(
+            !a.is_revoked(0),
+            "a key that failed to go still reaches the half"
+        );
+        assert!(a.is_unrevocable(0));
+        assert_eq!(a.begin_revoke(0), None, "nothing revokes it any more");
+        a.grant(0);
+        assert!(!a.is_revoked(0));
+        assert!(!a.is_unrevocable(1), "the other half is untouched");
     }
 }

@@ -167,9 +167,10 @@ impl Connection {
                     self.control.release();
                     disconnect_done |= kind == ControlKind::Ctrl(CtrlCode::Disconnect);
                 }
-                // A flushed invalidation revoked nothing; the connection is failing anyway.
                 SendKind::Invalidate { half, key } if ok => self.receiver.revoked(half, key),
-                SendKind::Invalidate { .. } => {}
+                // A flushed or failed invalidation revoked nothing: its key may still reach the
+                // half (even after a later key's invalidation succeeds), so it is never lent.
+                SendKind::Invalidate { half, key } => self.receiver.revoke_failed(half, key),
             }
             last = Some(marked.kind);
         }
