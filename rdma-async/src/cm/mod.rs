@@ -55,5 +55,7 @@ pub use params::{
 #[doc(hidden)]
 pub use parked::{ParkedConnect, ParkedOutcome};
 pub use request::ConnectRequest;
+#[cfg(rdma_async_hooks)]
+pub(crate) use slot_queue::REAP_LIMIT;
 pub(crate) use slot_queue::{SlotQueue, Slots};
 pub(crate) use watch::CmWatch;

@@ -12,6 +12,15 @@ pub fn send_completions(ep: &Endpoint) -> u64 {
     ep.send_completions.load(Ordering::Relaxed)
 }
 
+/// Messages `ep` has received and not yet handed to `recv` (none while a receiver holds them).
+pub fn queued_messages(ep: &Endpoint) -> Option<usize> {
+    ep.recv.try_lock().ok().map(|slots| slots.ready.len())
+}
+
+/// The most completions one look at a queue hands over before the caller gets its message:
+/// what a peer sending without pause can queue per `recv`.
+pub const REAP_LIMIT: usize = crate::cm::REAP_LIMIT;
+
 /// The ACK timeout exponent of the queue pair (`ibv_query_qp`), to check that an id option
 /// reached it.
 ///

@@ -402,6 +402,37 @@ async fn local_disconnect_ends_sends_and_receives_at_once() {
     guard("closed", client.closed()).await.unwrap();
 }
 
+/// A thousand messages queued before the receiver looks (as a peer sending without pause keeps
+/// its queue): one `recv` hands over at most a bounded batch of them, and every one still
+/// arrives, in order, before the reset.
+#[rdma_async::test]
+async fn a_backlog_of_messages_is_handed_over_a_bounded_batch_at_a_time() {
+    const MESSAGES: u32 = 1000;
+    let opts = EndpointOptions::new().send_depth(16).recv_depth(1024);
+    let (server, client) = endpoint_pair(&opts).await;
+    for i in 0..MESSAGES {
+        guard("send", client.send(&i.to_le_bytes())).await.unwrap();
+    }
+    // The disconnect waits for the sends' acknowledgements: every message completed a receive
+    // of the server's before it looks.
+    guard("disconnect", client.disconnect()).await.unwrap();
+    let first = guard("recv", server.recv()).await.unwrap();
+    assert_eq!(&first[..], &0u32.to_le_bytes());
+    let queued = hooks::queued_messages(&server).expect("no receiver holds the queue");
+    // A peer that keeps sending keeps the queue full: one look must not take all of it.
+    assert!(
+        queued < hooks::REAP_LIMIT,
+        "the first recv took {} of {MESSAGES} queued messages in one go",
+        queued + 1
+    );
+    for i in 1..MESSAGES {
+        let msg = guard("recv", server.recv()).await.unwrap();
+        assert_eq!(&msg[..], &i.to_le_bytes(), "message {i}");
+    }
+    let (kind, msg) = err_kind(guard("recv after disconnect", server.recv()).await);
+    assert_eq!(kind, io::ErrorKind::ConnectionReset, "{msg}");
+}
+
 /// Only some sends are signaled (a quarter of `send_depth`'s, at most every 16th, and the one that
 /// takes the last free slot): a sender that keeps the queue full still gets slots back, every
 /// message arrives in order, and a disconnect after unsignaled sends waits for them (an empty

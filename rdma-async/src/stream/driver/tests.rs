@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::io::ReadBuf;
 use tokio::time::timeout;
 
-use crate::proto::Config;
+use crate::proto::{Config, Op};
 
-use super::StreamCore;
 use super::fake::{FakeDevice, FakeWire, pair};
+use super::{StreamCore, StreamDevice};
 
 /// A hang guard: every test finishes in far less.
 const GUARD: Duration = Duration::from_secs(10);
@@ -389,4 +389,28 @@ async fn reads_of_delivered_bytes_spend_no_budget_and_reads_at_the_end_do() {
     })
     .await
     .expect("the reads hung");
+}
+
+#[test]
+fn a_drain_under_a_peer_sending_without_pause_ends() {
+    let (a, _b, wire) = connected(Config::new());
+    const MESSAGES: usize = 100_000;
+    // Messages C ignores (`RS_OP_WRITE` as an immediate) take no credit: each is handled and
+    // its receive posted again, which the peer fills at once, so the queue never runs dry
+    // while the flood lasts.
+    wire.flood(0, Op::DirectWrite(0).encode(), MESSAGES);
+    let mut state = a.lock();
+    let before = state.stats.recv_completions;
+    a.drain(&mut state).expect("a drains");
+    let handled = (state.stats.recv_completions - before) as usize;
+    let capacity = a.device.queue_capacity();
+    assert!(
+        handled <= capacity + super::BATCH,
+        "one drain handled {handled} completions of a flood; the queue holds {capacity}"
+    );
+    assert!(
+        handled > 0 && wire.queued(0) > 0,
+        "the flood was not running: {:?}",
+        state.conn.read_status()
+    );
 }

@@ -80,6 +80,10 @@ struct End {
     wakers: [Option<Waker>; 2],
     /// Memory windows bound: (window, buffer, range, key).
     binds: Vec<(usize, usize, usize, u32)>,
+    /// A peer that writes a message with this immediate into every receive the moment it is
+    /// posted, `flood_left` more times.
+    flood: Option<u32>,
+    flood_left: usize,
 }
 
 /// What the fake's queues of one end hold, for the fuzz harness's invariants.
@@ -120,6 +124,20 @@ impl End {
     fn occupy_send(&mut self) {
         self.sends_outstanding += 1;
         self.sends_outstanding_max = self.sends_outstanding_max.max(self.sends_outstanding);
+    }
+
+    /// Completes every posted receive with the flooding peer's message, while it floods.
+    fn deliver_flood(&mut self) {
+        let Some(imm) = self.flood else { return };
+        while self.recvs > 0 && self.flood_left > 0 {
+            self.recvs -= 1;
+            self.flood_left -= 1;
+            self.completions.push_back(WorkCompletion {
+                wr_id: self.recv_wr_id,
+                imm_data: Some(imm),
+                ..WorkCompletion::EMPTY
+            });
+        }
     }
 
     /// Completes posted receives for the writes with immediate waiting for them.
@@ -209,6 +227,21 @@ impl FakeWire {
             shared.disconnected = true;
             let [a, b] = &mut shared.ends;
             a.take_wakers().chain(b.take_wakers()).collect()
+        };
+        wake(wakers);
+    }
+
+    /// Makes `end`'s peer write an empty message with immediate `imm` into each of `end`'s
+    /// receives as soon as it is posted, `messages` in all: a peer sending without pause.
+    #[cfg(test)]
+    pub(super) fn flood(&self, end: usize, imm: u32, messages: usize) {
+        let wakers: Vec<Waker> = {
+            let mut shared = lock(&self.shared);
+            let end = &mut shared.ends[end];
+            end.flood = Some(imm);
+            end.flood_left = messages;
+            end.deliver_flood();
+            end.take_wakers().collect()
         };
         wake(wakers);
     }
@@ -340,6 +373,7 @@ impl StreamDevice for FakeDevice {
             end.recv_wr_id = wr_id;
             end.recvs += count;
             end.deliver_unreceived();
+            end.deliver_flood();
             end.take_wakers().collect()
         };
         wake(wakers);
