@@ -7,8 +7,9 @@ use super::work_completion::{WcStatus, WorkCompletion};
 /// One `ibv_wc` as `ibv_poll_cq` wrote it into a [`CompletionBatch`](super::CompletionBatch).
 ///
 /// The data path reads the few fields it needs from here: copying every completion into a
-/// [`WorkCompletion`] first cost a streamed message about 45 instructions. Code that keeps a
-/// completion, or needs all of it, takes [`Self::to_work_completion`].
+/// [`WorkCompletion`] first (with, then, a full decode of every immediate) cost a streamed 64 B
+/// message 33 instructions. Code that keeps a completion, or needs all of it, takes
+/// [`Self::to_work_completion`].
 #[repr(transparent)]
 pub(crate) struct PolledCompletion(sys::ibv_wc);
 
