@@ -123,7 +123,8 @@ impl<R, H> SlotQueue<R, H> {
                 break;
             }
             total += wcs.len();
-            wcs.iter().for_each(|wc| reap(slots, wc));
+            wcs.iter()
+                .for_each(|wc| reap(slots, &wc.to_work_completion()));
         }
         Ok(total)
     }
@@ -142,7 +143,10 @@ impl<R, H> SlotQueue<R, H> {
         match self.waiter.wait(&self.cq, link, &mut batch).await {
             Woken::Completions(n) => {
                 n?;
-                batch.as_slice().iter().for_each(|wc| reap(slots, wc));
+                batch
+                    .as_slice()
+                    .iter()
+                    .for_each(|wc| reap(slots, &wc.to_work_completion()));
                 Ok(())
             }
             Woken::Closed(closed) => closed,

@@ -612,14 +612,35 @@ impl Local {
         self.recv_posted -= 1;
         let tsgl = self.tsgl;
         let mem = &self.mem;
-        let mut slot_read = None;
-        let result = self.conn.handle_recv_completion(imm, byte_len, |slot| {
+        let read_slot = |slot: usize| {
             let span = Self::span(tsgl, slot * RsSge::LEN, RsSge::LEN, "target SGL read");
             let mut b = [0u8; 16];
             b.copy_from_slice(&mem[span]);
+            b
+        };
+        // The driver's entry, which handles plain DATA without the full decode, must leave the
+        // connection exactly as the full handling does, and answer the same.
+        let mut driver_view = self.conn.clone();
+        let driver_result = driver_view.recv_completed(imm, byte_len, read_slot);
+        let mut slot_read = None;
+        let result = self.conn.handle_recv_completion(imm, byte_len, |slot| {
+            let b = read_slot(slot);
             slot_read = Some(b);
             b
         });
+        assert_eq!(
+            driver_result,
+            result
+                .as_ref()
+                .map(|action| action.repost)
+                .map_err(Clone::clone),
+            "the driver's receive entry answered otherwise than the full handling"
+        );
+        assert_eq!(
+            format!("{driver_view:?}"),
+            format!("{:?}", self.conn),
+            "the driver's receive entry left the connection otherwise than the full handling"
+        );
         match result {
             Ok(action) => {
                 if action.repost {

@@ -74,6 +74,14 @@ impl Op {
         (op << OP_SHIFT) | data
     }
 
+    /// Whether `word` is op 0 (DATA): its data bits are then the whole word. The data path
+    /// checks this before a full [`Self::decode`]; the reserved ops that also decode as `Data`
+    /// take the full decode.
+    #[inline]
+    pub(crate) const fn is_plain_data(word: u32) -> bool {
+        word >> OP_SHIFT == RS_OP_DATA
+    }
+
     /// Decode a host-order word. Only an unknown CTRL code is an error.
     pub(crate) fn decode(word: u32) -> Result<Op, ProtoError> {
         let data = word & IMM_DATA_MASK;

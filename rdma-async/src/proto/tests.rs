@@ -128,6 +128,33 @@ fn peer_sgl_update_fills_our_slots_1_then_0() {
 }
 
 #[test]
+fn the_drivers_receive_entry_matches_the_full_handling() {
+    // Plain DATA (taken inline), a reserved op that C reads as data, a DATA word whose byte
+    // count disagrees, and a credit update: each leaves both connections alike.
+    let cases: &[(u32, u32)] = &[
+        (Op::Data(100).encode(), 100),
+        (1 << 29 | 50, 50),
+        (Op::Data(0).encode(), 0),
+        (Op::Sgl(16).encode(), 0),
+        (Op::Data(10).encode(), 11),
+        (Op::Data(10).encode(), 10),
+    ];
+    let mut full = connected(0);
+    let mut driver = connected(0);
+    for &(word, byte_len) in cases {
+        let expected = full
+            .handle_recv_completion(Some(word), byte_len, no_slot)
+            .map(|a| a.repost);
+        let got = driver.recv_completed(Some(word), byte_len, no_slot);
+        assert_eq!(got, expected, "{word:#010x} with {byte_len} bytes");
+        assert_eq!(format!("{driver:?}"), format!("{full:?}"), "{word:#010x}");
+    }
+    // Only the mismatched DATA failed the connection: what came before it is still readable.
+    assert!(driver.error().is_some());
+    assert_eq!(driver.read_status_len(), 150);
+}
+
+#[test]
 fn hostile_values_are_errors_not_panics() {
     type Case = (Option<u32>, u32, &'static str);
     let cases: &[Case] = &[

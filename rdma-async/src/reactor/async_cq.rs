@@ -28,7 +28,7 @@ use super::yield_policy::{WaitYields, YieldPolicy, note_look};
 use crate::reactor::SharedFd;
 use crate::sync::AtomicU32;
 use crate::verbs::{
-    ChannelFd, CmId, CompletionBatch, CompletionChannel, CompletionQueue, WorkCompletion,
+    ChannelFd, CmId, CompletionBatch, CompletionChannel, CompletionQueue, PolledCompletion,
 };
 
 /// What a caller of [`AsyncCq::poll_completions`] knows that saves work.
@@ -203,7 +203,7 @@ impl AsyncCq {
     pub(crate) fn try_poll_batch<'b, const N: usize>(
         &self,
         batch: &'b mut CompletionBatch<N>,
-    ) -> io::Result<&'b [WorkCompletion]> {
+    ) -> io::Result<&'b [PolledCompletion]> {
         self.note_look();
         self.cq.poll_batch(batch)
     }

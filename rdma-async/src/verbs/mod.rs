@@ -33,8 +33,8 @@ pub(crate) use cm::{
     AhAttr, CmEvent, CmId, EventChannel, IdDevice, IncomingId, PortSpace, RawConnParam, UdParam,
 };
 pub(crate) use cq::{
-    CompletionBatch, CompletionChannel, CompletionQueue, CqEventSink, WcStatus, WorkCompletion,
-    completion_error, wc_error,
+    CompletionBatch, CompletionChannel, CompletionQueue, CqEventSink, PolledCompletion, WcStatus,
+    WorkCompletion, completion_error, wc_error,
 };
 #[cfg(rdma_async_hooks)]
 pub use device::Resource;

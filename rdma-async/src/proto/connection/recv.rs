@@ -52,6 +52,47 @@ pub(crate) struct RecvAction {
 }
 
 impl Connection {
+    /// The driver's entry for a receive that completed successfully: returns whether to post a
+    /// replacement receive, as [`Self::handle_recv_completion`]'s `repost`. A plain DATA word
+    /// on a connected, healthy connection (nearly every completion of a stream) is handled
+    /// inline, without decoding the word into an [`Op`] or building the event; everything else
+    /// goes through the full handling.
+    #[inline]
+    pub(crate) fn recv_completed(
+        &mut self,
+        imm: Option<u32>,
+        byte_len: u32,
+        read_target_sgl_slot: impl FnOnce(usize) -> [u8; 16],
+    ) -> Result<bool, ProtoError> {
+        // Op 0 in the top bits makes the word the length itself; the completion's byte count
+        // must equal it.
+        if let Some(word) = imm
+            && Op::is_plain_data(word)
+            && word == byte_len
+            && self.state.connected
+            && self.state.error.is_none()
+        {
+            return match self.receiver.on_data(word) {
+                Ok(_) => Ok(true),
+                Err(err) => Err(self.fail(err)),
+            };
+        }
+        self.recv_completed_slow(imm, byte_len, read_target_sgl_slot)
+    }
+
+    /// [`Self::recv_completed`] for every other completion: out of line, so that the DATA
+    /// path carries no frame for the rest.
+    #[inline(never)]
+    fn recv_completed_slow(
+        &mut self,
+        imm: Option<u32>,
+        byte_len: u32,
+        read_target_sgl_slot: impl FnOnce(usize) -> [u8; 16],
+    ) -> Result<bool, ProtoError> {
+        self.handle_recv_completion(imm, byte_len, read_target_sgl_slot)
+            .map(|action| action.repost)
+    }
+
     /// A receive completed successfully (the driver skips receives with an error status, as C
     /// does). `imm` is the host-order immediate word, `byte_len` the completion's byte count.
     /// For an SGL update, `read_target_sgl_slot(slot)` must return the 16 bytes the peer wrote

@@ -18,8 +18,8 @@ use crate::rdma::srq::SharedReceiveQueue;
 use crate::reactor::AsyncCq;
 use crate::verbs::wc_error;
 use crate::verbs::{
-    CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable, Posted,
-    ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,
+    CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable,
+    PolledCompletion, Posted, ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,
 };
 
 /// What is created between route resolution and connect/accept.
@@ -147,11 +147,11 @@ impl ConnShared {
                 let unposted = self.qp.forget_deferred();
                 let _polling = self.reaping.lock();
                 for wr_id in unposted {
-                    self.dispatch(&[WorkCompletion {
+                    self.dispatch(&[PolledCompletion::from(WorkCompletion {
                         wr_id,
                         status: WcStatus::FLUSH,
                         ..WorkCompletion::EMPTY
-                    }]);
+                    })]);
                 }
                 return;
             }
@@ -298,8 +298,9 @@ impl ConnShared {
     }
 
     /// Hands each completion to its slot. The caller holds the reaping lock since its poll.
-    pub(super) fn dispatch(&self, wcs: &[WorkCompletion]) {
+    pub(super) fn dispatch(&self, wcs: &[PolledCompletion]) {
         for wc in wcs {
+            let wc = &wc.to_work_completion();
             if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
                 self.record_failure(wc);
             }

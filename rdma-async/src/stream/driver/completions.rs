@@ -9,7 +9,7 @@ use tokio::task::coop;
 use crate::proto::WR_ID_RECV_FLAG;
 use crate::stream::side_wakers::{Polling, Reading};
 use crate::verbs::wc_error;
-use crate::verbs::{CompletionBatch, WcStatus, WorkCompletion};
+use crate::verbs::{CompletionBatch, PolledCompletion, WcStatus};
 
 use super::{BATCH, CoreState, PUMP_BATCHES, Side, StreamCore, StreamDevice, TARGET_SGL};
 
@@ -103,16 +103,19 @@ impl<D: StreamDevice> StreamCore<D> {
     pub(super) fn handle(
         &self,
         state: &mut CoreState,
-        wcs: &[WorkCompletion],
+        wcs: &[PolledCompletion],
         reader: Option<Polling<'_>>,
     ) -> io::Result<()> {
         let mut reposts = 0;
         for wc in wcs {
-            if wc.wr_id & WR_ID_RECV_FLAG != 0 {
+            if wc.wr_id() & WR_ID_RECV_FLAG != 0 {
                 state.stats.recv_completions += 1;
                 reposts += usize::from(self.handle_recv(state, wc));
             } else {
                 state.stats.send_completions += 1;
+                // Few completions are sends (a stream signals one data write in 16): these
+                // take the whole completion.
+                let wc = &wc.to_work_completion();
                 let ok = wc.status.is_success();
                 if !ok && wc.status != WcStatus::FLUSH && !state.transport_error.is_set() {
                     let err = wc_error(wc, self.device.peer_addr(), true);
@@ -157,8 +160,8 @@ impl<D: StreamDevice> StreamCore<D> {
 
     /// Hands a receive completion to the protocol; returns whether its receive is to be
     /// posted again.
-    pub(super) fn handle_recv(&self, state: &mut CoreState, wc: &WorkCompletion) -> bool {
-        if !wc.status.is_success() {
+    pub(super) fn handle_recv(&self, state: &mut CoreState, wc: &PolledCompletion) -> bool {
+        if !wc.status().is_success() {
             // Flushed or failed receives carry nothing; rsockets skips them too.
             return false;
         }
@@ -170,9 +173,9 @@ impl<D: StreamDevice> StreamCore<D> {
         };
         match state
             .conn
-            .handle_recv_completion(wc.imm_data, wc.byte_len, read_slot)
+            .recv_completed(wc.imm_data(), wc.byte_len(), read_slot)
         {
-            Ok(action) => action.repost,
+            Ok(repost) => repost,
             Err(e) => {
                 tracing::warn!(parent: self.device.span(), error = %e, "rsockets protocol violation");
                 false

@@ -17,7 +17,8 @@ use crate::cm::{ConnWaiter, Woken};
 use crate::proto::{Connection, WindowBind};
 use crate::reactor::{AsyncCq, WaitHints, WaitYields};
 use crate::verbs::{
-    CompletionBatch, OwnedBufferQueuePair, SendChain, UserBuffer, WorkCompletion, WorkRequest,
+    CompletionBatch, OwnedBufferQueuePair, PolledCompletion, SendChain, UserBuffer, WorkCompletion,
+    WorkRequest,
 };
 
 use super::{BATCH, Side, StreamParts};
@@ -136,7 +137,7 @@ pub(in crate::stream) trait StreamDevice {
     fn try_poll_batch<'b>(
         &self,
         batch: &'b mut CompletionBatch<BATCH>,
-    ) -> io::Result<&'b [WorkCompletion]>;
+    ) -> io::Result<&'b [PolledCompletion]>;
 
     /// Completions came for the caller's current wait: the wait is over.
     fn end_wait(&self, yields: &WaitYields);
@@ -302,7 +303,7 @@ impl StreamDevice for VerbsDevice {
     fn try_poll_batch<'b>(
         &self,
         batch: &'b mut CompletionBatch<BATCH>,
-    ) -> io::Result<&'b [WorkCompletion]> {
+    ) -> io::Result<&'b [PolledCompletion]> {
         self.cq.try_poll_batch(batch)
     }
 

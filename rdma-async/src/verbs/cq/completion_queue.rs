@@ -1,7 +1,6 @@
 //! `ibv_comp_channel` and `ibv_cq`: completion queues and the descriptor that signals them.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, RawFd};
 use std::ptr::{self, NonNull};
 use std::sync::Arc;
@@ -10,7 +9,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use rdma_async_sys as sys;
 
 use super::completion_batch::{CompletionBatch, MAX_POLL};
-use super::work_completion::WorkCompletion;
+use super::polled_completion::PolledCompletion;
 use crate::error;
 use crate::verbs::cm::CmId;
 use crate::verbs::device::{
@@ -274,31 +273,19 @@ impl CompletionQueue {
     pub(crate) fn poll_batch<'b, const N: usize>(
         &self,
         batch: &'b mut CompletionBatch<N>,
-    ) -> io::Result<&'b [WorkCompletion]> {
-        batch.clear();
-        self.poll_each(N, |wc| {
-            batch.push(wc);
-        })?;
-        Ok(batch.as_slice())
-    }
-
-    /// Polls up to `max` (at most [`MAX_POLL`]) completions and hands each to `put`, in order;
-    /// returns how many there were.
-    fn poll_each(&self, max: usize, mut put: impl FnMut(WorkCompletion)) -> io::Result<usize> {
-        let mut wcs = [const { MaybeUninit::<sys::ibv_wc>::uninit() }; MAX_POLL];
-        let max = max.min(MAX_POLL);
-        // SAFETY: the CQ is valid and `wcs` has room for `max` entries.
-        let n =
-            unsafe { sys::rdma_async_poll_cq(self.raw.as_ptr(), max as i32, wcs[0].as_mut_ptr()) };
-        if n < 0 {
-            return Err(error::call_error("ibv_poll_cq", -n));
-        }
-        let n = n as usize;
-        for src in &wcs[..n] {
-            // SAFETY: ibv_poll_cq initialised the first `n` entries.
-            put(WorkCompletion::from_sys(unsafe { src.assume_init_ref() }));
-        }
-        Ok(n)
+    ) -> io::Result<&'b [PolledCompletion]> {
+        let poll = |wcs: *mut sys::ibv_wc, room: usize| {
+            let max = room.min(MAX_POLL) as i32;
+            // SAFETY: the CQ is valid and `wcs` has room for `room >= max` entries.
+            let n = unsafe { sys::rdma_async_poll_cq(self.raw.as_ptr(), max, wcs) };
+            if n < 0 {
+                return Err(error::call_error("ibv_poll_cq", -n));
+            }
+            Ok(n as usize)
+        };
+        // SAFETY: ibv_poll_cq writes the first `n` of the entries it is given and returns `n`
+        // (at most `max`), or a negative value having written none.
+        unsafe { batch.fill_with(poll) }
     }
 
     /// Arms the queue: the next completion raises one channel event.

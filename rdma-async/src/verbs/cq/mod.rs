@@ -6,10 +6,12 @@
 
 mod completion_batch;
 mod completion_queue;
+mod polled_completion;
 mod wc_error;
 mod work_completion;
 
 pub(crate) use completion_batch::CompletionBatch;
 pub(crate) use completion_queue::{CompletionChannel, CompletionQueue, CqEventSink};
+pub(crate) use polled_completion::PolledCompletion;
 pub(crate) use wc_error::{completion_error, wc_error};
 pub(crate) use work_completion::{WcStatus, WorkCompletion};

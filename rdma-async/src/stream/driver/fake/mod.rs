@@ -31,7 +31,7 @@ use crate::proto::{
     Config, ConnData, Connection, LocalLayout, TARGET_SGL_BYTES, WR_ID_RECV_FLAG, WindowBind,
 };
 use crate::reactor::{BeforeSleep, WaitYields};
-use crate::verbs::{CompletionBatch, UserBuffer, WorkCompletion};
+use crate::verbs::{CompletionBatch, PolledCompletion, UserBuffer, WorkCompletion};
 
 use super::device::SideWait;
 use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, StreamCore, StreamDevice};
@@ -433,7 +433,7 @@ impl StreamDevice for FakeDevice {
     fn try_poll_batch<'b>(
         &self,
         batch: &'b mut CompletionBatch<BATCH>,
-    ) -> io::Result<&'b [WorkCompletion]> {
+    ) -> io::Result<&'b [PolledCompletion]> {
         let mut shared = lock(&self.shared);
         let end = &mut shared.ends[self.end];
         if std::mem::take(&mut end.fail_next_poll) {
