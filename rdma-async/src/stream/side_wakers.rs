@@ -9,6 +9,14 @@
 //! As with `TcpStream`, the poll functions (`poll_read`, `poll_write`, ...) keep one waker per
 //! side, the most recent; each pending `readable()`/`writable()` future keeps its own until it
 //! is woken or dropped.
+//!
+//! A poll function that went to sleep because nothing was readable marks the side blocked
+//! ([`SideWakers::register_blocked`]); every wake-up of the side clears the mark. Everything
+//! that can make the side readable (completions handled, the arm's event, a disconnect, a
+//! failure) wakes the side, so while the mark stands a poll function called again (a task
+//! polled for something else, as hyper's connection task is several times a request) finds
+//! the side as it left it, and returns `Pending` at once ([`SideWakers::still_blocked`]):
+//! the arm and the registrations its sleep made are still in place.
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, PoisonError};
@@ -36,6 +44,9 @@ struct Waiting {
     /// One waker per pending readiness future, by the future's id.
     futures: Vec<(u64, Waker)>,
     next_id: u64,
+    /// The poll function of `last_poll` went to sleep with the side blocked, and nothing has
+    /// woken the side since ([`SideWakers::register_blocked`]).
+    blocked: bool,
 }
 
 /// A readiness future's place among the waiters: removed when the future is dropped.
@@ -111,15 +122,7 @@ impl SideWakers {
         let mut waiting = self.lock();
         self.maybe_waiting.store(true, Ordering::Release);
         match waiter {
-            Waiter::Poll => {
-                if !waiting
-                    .last_poll
-                    .as_ref()
-                    .is_some_and(|w| w.will_wake(waker))
-                {
-                    waiting.last_poll = Some(waker.clone());
-                }
-            }
+            Waiter::Poll => self.set_last_poll(&mut waiting, waker),
             Waiter::Future(registration) => {
                 let id = *registration.id.get_or_insert_with(|| {
                     waiting.next_id += 1;
@@ -131,6 +134,53 @@ impl SideWakers {
                     None => waiting.futures.push((id, waker.clone())),
                 }
             }
+        }
+    }
+
+    /// Registers `waker` as the poll function's, about to sleep because the side is blocked
+    /// (nothing to read), and marks the side so until its next wake-up.
+    ///
+    /// Called before whatever can wake the side is set up for the sleep (the arm, the
+    /// reactor's and rdma_cm's registrations): a wake-up that comes at any point after that
+    /// clears the mark. Marked after them, a wake-up in between would be lost: the task, woken,
+    /// would find the mark and never look.
+    pub(super) fn register_blocked(&self, waker: &Waker) {
+        let mut waiting = self.lock();
+        self.set_last_poll(&mut waiting, waker);
+        waiting.blocked = true;
+    }
+
+    /// The sleep [`Self::register_blocked`] was for did not happen (the wait found what it
+    /// waited for): the mark goes.
+    pub(super) fn unmark_blocked(&self) {
+        self.lock().blocked = false;
+    }
+
+    /// Whether the side is still as a poll function's sleep left it (see
+    /// [`Self::register_blocked`]): then `waker` is the poll function's registration from now on,
+    /// and the caller returns `Pending`.
+    pub(super) fn still_blocked(&self, waker: &Waker) -> bool {
+        // The mark is set only with a registration, which sets `maybe_waiting`: with neither,
+        // this is one load.
+        if !self.maybe_waiting.load(Ordering::Acquire) {
+            return false;
+        }
+        let mut waiting = self.lock();
+        if waiting.blocked {
+            self.set_last_poll(&mut waiting, waker);
+        }
+        waiting.blocked
+    }
+
+    /// Makes `waker` the poll function's registration.
+    fn set_last_poll(&self, waiting: &mut Waiting, waker: &Waker) {
+        self.maybe_waiting.store(true, Ordering::Release);
+        if !waiting
+            .last_poll
+            .as_ref()
+            .is_some_and(|w| w.will_wake(waker))
+        {
+            waiting.last_poll = Some(waker.clone());
         }
     }
 
@@ -158,6 +208,9 @@ impl SideWakers {
     fn wake_registered_but(&self, polling: Option<Polling<'_>>) {
         let (last_poll, futures) = {
             let mut waiting = self.lock();
+            // Whatever woke the side may have changed it, also for the task not woken (it
+            // looks again itself).
+            waiting.blocked = false;
             let skip = |w: &Waker| polling.is_some_and(|p| w.will_wake(p.waker));
             let last_poll = match &waiting.last_poll {
                 Some(w) if skip(w) => {
@@ -329,6 +382,45 @@ mod tests {
         side.wake_all();
         assert_eq!(woken(&a), 1);
     }
+
+    #[test]
+    fn every_wake_up_clears_the_blocked_mark_and_a_call_under_it_registers() {
+        let side = Arc::new(SideWakers::default());
+        let (a, wa) = counter();
+        let (b, wb) = counter();
+        assert!(!side.still_blocked(&wa), "nothing marked yet");
+        side.register_blocked(&wa);
+        assert!(side.still_blocked(&wb), "marked, and nothing woke the side");
+        side.wake_all();
+        assert_eq!(
+            (woken(&a), woken(&b)),
+            (0, 1),
+            "the call under the mark registered"
+        );
+        assert!(!side.still_blocked(&wb), "a wake-up clears the mark");
+
+        // Also one that skips the task being polled (it handles completions itself).
+        side.register_blocked(&wa);
+        side.wake_all_but(Some(Polling {
+            waker: &wa,
+            reading: Reading::PollFn,
+        }));
+        assert!(
+            !side.still_blocked(&wa),
+            "a wake-up skipping the poller clears it"
+        );
+
+        // And a wait that ended without sleeping takes its mark back.
+        side.register_blocked(&wa);
+        side.unmark_blocked();
+        assert!(!side.still_blocked(&wa), "unmarked");
+        // A plain registration marks nothing.
+        side.register(Waiter::Poll, &wa);
+        assert!(
+            !side.still_blocked(&wa),
+            "a registration alone marks nothing"
+        );
+    }
 }
 
 #[cfg(all(test, rdma_async_loom))]
@@ -400,5 +492,65 @@ mod loom_tests {
                 "the poll function's wake-up was lost"
             );
         });
+    }
+
+    /// A poll function's sleep on a blocked side against a completion that makes it readable:
+    /// the sleep marks the side and registers (`mark_first`; or, wrongly, registers and marks
+    /// only after its look), then looks at the stream; the device makes it readable and wakes
+    /// the side; the task, polled again meanwhile with a new waker, takes the shortcut while
+    /// the mark stands.
+    fn blocked_mark_against_a_wake_up(mark_first: bool) {
+        loom::model(move || {
+            let side = Arc::new(SideWakers::default());
+            let stream = Arc::new(StreamLock::new(false));
+            let device = {
+                let (side, stream) = (side.clone(), stream.clone());
+                thread::spawn(move || {
+                    *stream.lock().unwrap() = true;
+                    side.wake_all();
+                })
+            };
+            let (slept, waker) = counter();
+            if mark_first {
+                side.register_blocked(&waker);
+            } else {
+                side.register(Waiter::Poll, &waker);
+            }
+            // The wait's look after arming: it sleeps only if it found nothing.
+            let saw = *stream.lock().unwrap();
+            if !mark_first {
+                side.register_blocked(&waker);
+            }
+            let (polled, again) = counter();
+            let shortcut = !saw && side.still_blocked(&again);
+            device.join().unwrap();
+            assert!(
+                saw || woken(&slept) || woken(&polled),
+                "a lost wake-up: the sleep was not woken"
+            );
+            assert!(
+                !shortcut || woken(&polled),
+                "a lost wake-up: a call that took the shortcut was not woken"
+            );
+            // Polled again after the wake-up: the shortcut must not hide the completion.
+            let (_, late) = counter();
+            assert!(
+                saw || !side.still_blocked(&late),
+                "a lost wake-up: the mark hid the completion"
+            );
+        });
+    }
+
+    #[test]
+    fn loom_a_blocked_mark_never_hides_a_wake_up() {
+        blocked_mark_against_a_wake_up(true);
+    }
+
+    /// The check finds the bug it is for: a sleep that marks the side only after its look
+    /// (after the wake-up may have come and gone) leaves a mark no wake-up clears.
+    #[test]
+    #[should_panic(expected = "a lost wake-up")]
+    fn loom_marking_after_the_look_is_caught() {
+        blocked_mark_against_a_wake_up(false);
     }
 }

@@ -202,6 +202,13 @@ impl<D: StreamDevice> StreamCore<D> {
         peek: bool,
         unit: &mut Option<RestoreOnPending>,
     ) -> Poll<io::Result<()>> {
+        // Most calls of a task polled for something else find the side as their last sleep
+        // left it: that costs no lock and no look.
+        if let Some(cx) = cx.as_deref()
+            && self.still_unreadable(cx)
+        {
+            return Poll::Pending;
+        }
         let mut state = self.lock();
         loop {
             // Like rsockets' rrecv, the queue is polled only when nothing is readable: bytes a
@@ -225,7 +232,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 ReadStatus::Eof => return Poll::Ready(Ok(())),
                 ReadStatus::Failed(e) => return Poll::Ready(Err(self.failure(&state, Some(e)))),
                 ReadStatus::Blocked => match cx.as_deref_mut() {
-                    Some(cx) => ready!(self.wait(&mut state, Side::Read, cx, Waiter::Poll))?,
+                    Some(cx) => ready!(self.wait_unreadable(&mut state, cx))?,
                     None => return Poll::Ready(Err(io::ErrorKind::WouldBlock.into())),
                 },
             }

@@ -275,6 +275,44 @@ async fn a_waiting_reader_sees_a_failed_poll() {
     assert_eq!(got.expect("reading after the failed wait"), b"late");
 }
 
+/// A reader that went to sleep with nothing to read, polled again with nothing woken since
+/// (a task polled for something else), returns `Pending` without looking at the queue, and
+/// is still woken by the next completion, also when polled with another waker meanwhile.
+#[tokio::test(flavor = "current_thread")]
+async fn a_reader_polled_again_before_a_wake_up_does_not_look() {
+    let (a, b, wire) = connected(Config::new());
+    let mut buf = [0u8; 16];
+    let mut reader = Box::pin(read_some(&b, &mut buf));
+    assert!(poll_once(&mut reader).await.is_pending());
+    let looks = wire.looks(1);
+    for _ in 0..3 {
+        assert!(poll_once(&mut reader).await.is_pending());
+    }
+    assert_eq!(
+        wire.looks(1),
+        looks,
+        "a poll with nothing woken looked again"
+    );
+    // Polled last by another task: that one is woken (as Tokio keeps the last poll's waker).
+    let (woken, waker) = crate::wake_count::counting_waker();
+    let mut cx = std::task::Context::from_waker(&waker);
+    assert!(reader.as_mut().poll(&mut cx).is_pending());
+    assert_eq!(wire.looks(1), looks);
+    write_all(&a, b"wake").await.expect("writing");
+    assert_eq!(
+        woken.get(),
+        1,
+        "the last poll's waker is woken by the completion"
+    );
+    let n = timeout(GUARD, &mut reader)
+        .await
+        .expect("reading hung")
+        .expect("reading");
+    drop(reader);
+    assert_eq!(n, 4, "the whole message in one read");
+    assert_eq!(&buf[..n], b"wake");
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn control_messages_flow_while_completions_are_held_back() {
     let (a, b, wire) = connected(Config::new());

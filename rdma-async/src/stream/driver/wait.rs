@@ -28,14 +28,58 @@ impl<D: StreamDevice> StreamCore<D> {
         cx: &mut Context<'_>,
         waiter: Waiter<'_, '_>,
     ) -> Poll<io::Result<()>> {
+        self.wait_as(state, side, cx, waiter, false)
+    }
+
+    /// [`Self::wait`] for a poll function on the reading side with nothing readable: a sleep
+    /// marks the side blocked, so that the next call returns `Pending` at once unless something
+    /// woke the side since ([`Self::still_unreadable`]).
+    pub(super) fn wait_unreadable(
+        &self,
+        state: &mut CoreState,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<()>> {
+        debug_assert_eq!(state.conn.read_status(), ReadStatus::Blocked);
+        self.wait_as(state, Side::Read, cx, Waiter::Poll, true)
+    }
+
+    /// Whether nothing has become readable since a poll function's wait for it went to sleep,
+    /// nor anything woken the reading side: the poll function called again with `cx` then
+    /// returns `Pending` without a look (registered to be woken as its sleep was).
+    ///
+    /// No completion can have been missed: that sleep left the queue armed (or slept under an
+    /// outstanding arm) and registered the side with the channel's readiness (and rdma_cm's), and
+    /// everything that changes the reading side (completions handled by either side, the arm's
+    /// event, a disconnect, a failure) wakes it, which clears the mark. A sleep marks the side
+    /// before it arms and registers
+    /// ([`SideWakers::register_blocked`](crate::stream::side_wakers::SideWakers::register_blocked)).
+    pub(super) fn still_unreadable(&self, cx: &Context<'_>) -> bool {
+        self.wakers[Side::Read as usize].still_blocked(cx.waker())
+    }
+
+    /// [`Self::wait`]; with `mark_blocked`, a sleep marks the side blocked (a poll function
+    /// on the reading side, with nothing readable).
+    fn wait_as(
+        &self,
+        state: &mut CoreState,
+        side: Side,
+        cx: &mut Context<'_>,
+        waiter: Waiter<'_, '_>,
+        mark_blocked: bool,
+    ) -> Poll<io::Result<()>> {
         let reading = waiter.reading_on(side);
         let task = cx.waker();
+        let wakers = &self.wakers[side as usize];
         // Registered only once the wait is about to sleep: a wait that finds completions or
         // yields is polled again without it.
         let waiter = Cell::new(Some(waiter));
         let register = || {
             if let Some(waiter) = waiter.take() {
-                self.wakers[side as usize].register(waiter, task);
+                if mark_blocked {
+                    wakers.register_blocked(task);
+                } else {
+                    wakers.register(waiter, task);
+                }
             }
         };
         // The registration wakes every waiter of the side, not only this task.
@@ -66,7 +110,18 @@ impl<D: StreamDevice> StreamCore<D> {
             Poll::Ready(Woken::Completions(Ok(n))) => *n < BATCH,
             Poll::Ready(_) => false,
         };
-        match ready!(polled) {
+        let registered = waiter.take().is_none();
+        let polled = match polled {
+            // Slept.
+            Poll::Pending => return Poll::Pending,
+            Poll::Ready(woken) => woken,
+        };
+        if mark_blocked && registered {
+            // Woke before sleeping (found completions after registering, or the connection
+            // closed): the side is not as the mark says.
+            wakers.unmark_blocked();
+        }
+        match polled {
             Woken::Completions(Ok(_)) => {
                 let reader = (reading != Reading::No).then_some(Polling {
                     waker: task,
@@ -151,13 +206,20 @@ impl<D: StreamDevice> StreamCore<D> {
         cx: &mut Context<'_>,
         mut waiter: Waiter<'_, '_>,
     ) -> Poll<io::Result<()>> {
+        if side == Side::Read && matches!(waiter, Waiter::Poll) && self.still_unreadable(cx) {
+            return Poll::Pending;
+        }
         let mut state = self.lock();
         loop {
             ready!(self.pump(&mut state, Some(&mut *cx), waiter.reading_on(side)))?;
             let waiter = waiter.reborrow();
             match side {
                 Side::Read if state.conn.read_status() == ReadStatus::Blocked => {
-                    ready!(self.wait(&mut state, side, cx, waiter))?;
+                    if matches!(waiter, Waiter::Poll) {
+                        ready!(self.wait_unreadable(&mut state, cx))?;
+                    } else {
+                        ready!(self.wait(&mut state, side, cx, waiter))?;
+                    }
                 }
                 Side::Write => match state.conn.write_readiness() {
                     Err(WriteError::Blocked(reason)) => {

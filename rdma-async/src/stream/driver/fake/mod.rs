@@ -76,6 +76,8 @@ struct End {
     held: bool,
     fail_next_post: bool,
     fail_next_poll: bool,
+    /// Looks at the completion queue (polls and waits).
+    looks: u64,
     /// The wakers of the reading and the writing side's waits.
     wakers: [Option<Waker>; 2],
     /// Memory windows bound: (window, buffer, range, key).
@@ -271,6 +273,12 @@ impl FakeWire {
         }
     }
 
+    /// How many times `end` looked at its completion queue (polls and waits).
+    #[cfg(test)]
+    pub(super) fn looks(&self, end: usize) -> u64 {
+        lock(&self.shared).ends[end].looks
+    }
+
     /// Memory window binds `end` posted.
     pub(crate) fn binds(&self, end: usize) -> usize {
         lock(&self.shared).ends[end].binds.len()
@@ -436,6 +444,7 @@ impl StreamDevice for FakeDevice {
     ) -> io::Result<&'b [PolledCompletion]> {
         let mut shared = lock(&self.shared);
         let end = &mut shared.ends[self.end];
+        end.looks += 1;
         if std::mem::take(&mut end.fail_next_poll) {
             return Err(io::Error::other("fake device: injected poll failure"));
         }
@@ -453,6 +462,7 @@ impl StreamDevice for FakeDevice {
         let mut shared = lock(&self.shared);
         let disconnected = shared.disconnected;
         let end = &mut shared.ends[self.end];
+        end.looks += 1;
         if std::mem::take(&mut end.fail_next_poll) {
             let err = io::Error::other("fake device: injected poll failure");
             return Poll::Ready(Woken::Completions(Err(err)));
