@@ -8,8 +8,8 @@ use tokio::task::coop;
 
 use crate::proto::WR_ID_RECV_FLAG;
 use crate::stream::side_wakers::{Polling, Reading};
-use crate::verbs::wc_error;
-use crate::verbs::{CompletionBatch, PolledCompletion, WcStatus};
+use crate::verbs::{CompletionBatch, PolledCompletion, WcStatus, WorkCompletion};
+use crate::verbs::{completion_error, wc_error};
 
 use super::{BATCH, CoreState, PUMP_BATCHES, Side, StreamCore, StreamDevice, TARGET_SGL};
 
@@ -118,7 +118,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 let wc = &wc.to_work_completion();
                 let ok = wc.status.is_success();
                 if !ok && wc.status != WcStatus::FLUSH && !state.transport_error.is_set() {
-                    let err = wc_error(wc, self.device.peer_addr(), true);
+                    let err = send_error(wc, self.device.peer_addr());
                     tracing::warn!(parent: self.device.span(), error = %err, "send failed");
                     state.transport_error.set(err);
                 }
@@ -181,5 +181,47 @@ impl<D: StreamDevice> StreamCore<D> {
                 false
             }
         }
+    }
+}
+
+/// The error of a stream's failed send. A stream writes only where the peer's own keys say; a
+/// write they no longer allow (a remote access error) means the peer took its memory away, as
+/// a process that exits does before its queue pair goes: for the application that is the
+/// peer's reset, as `ECONNRESET` is for a `TcpStream`, with the status kept in the message.
+fn send_error(wc: &WorkCompletion, peer: std::net::SocketAddr) -> io::Error {
+    let err = wc_error(wc, peer, true);
+    if wc.status != WcStatus::REMOTE_ACCESS {
+        return err;
+    }
+    completion_error(
+        io::ErrorKind::ConnectionReset,
+        wc,
+        format!(
+            "connection with {peer} reset: the peer no longer accepts our writes into its \
+             memory (its process exited, or it released its buffers): {err}"
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_write_the_peers_keys_refuse_is_a_reset_and_other_failures_keep_their_kind() {
+        let peer = "10.0.0.2:7471".parse().unwrap();
+        let failed = |status| WorkCompletion {
+            status,
+            ..WorkCompletion::EMPTY
+        };
+        let err = send_error(&failed(WcStatus::REMOTE_ACCESS), peer);
+        assert_eq!(err.kind(), io::ErrorKind::ConnectionReset, "{err}");
+        let text = err.to_string();
+        assert!(
+            text.contains("10.0.0.2:7471") && text.contains("remote access error"),
+            "{text}"
+        );
+        let other = failed(WcStatus(rdma_async_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR));
+        assert_eq!(send_error(&other, peer).kind(), io::ErrorKind::TimedOut);
     }
 }
