@@ -221,7 +221,9 @@ mod tests {
             text.contains("10.0.0.2:7471") && text.contains("remote access error"),
             "{text}"
         );
-        let other = failed(WcStatus(rdma_async_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR));
+        let other = failed(WcStatus(
+            rdma_async_sys::ibv_wc_status::IBV_WC_RETRY_EXC_ERR,
+        ));
         assert_eq!(send_error(&other, peer).kind(), io::ErrorKind::TimedOut);
     }
 }
