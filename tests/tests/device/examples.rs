@@ -188,7 +188,7 @@ async fn many_streams_example_holds_a_thousand_echoing_streams_in_one_process() 
     // the same process), 10 round trips of 64 B on each, sharing one completion channel. They
     // take about 1,000 descriptors (2,000 without sharing): near the default soft limit
     // (1024), so the example runs under a raised one.
-    let addr = format!("{}:7491", test_ip());
+    let addr = format!("{}:7495", test_ip());
     let program = example("many_streams");
     let args = [
         "--nofile=65536",
