@@ -247,8 +247,8 @@ impl StreamDevice for VerbsDevice {
         SendChain::new(&self.qp)
     }
 
-    // Always inlined: it posts every data write of the usual write call, and as a call of
-    // its own (with the request built in memory for it) it cost a message some 20.
+    // Always inlined: it posts every data write of the usual write call (see
+    // `StreamCore::post_alone`).
     #[inline(always)]
     fn post_one(&self, req: &WorkRequest<'_>) -> io::Result<()> {
         self.qp.post(req)

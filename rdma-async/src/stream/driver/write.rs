@@ -44,8 +44,6 @@ impl<D: StreamDevice> StreamCore<D> {
         let mut call = WriteCall::largest();
         while source.remaining() > 0 {
             match state.conn.prepare_write(&mut call, source.remaining()) {
-                // Taken in place: moving the planned write out of the result cost a message
-                // some 15 instructions.
                 Ok(ref write) => {
                     // The usual call: one chunk takes all its bytes, with nothing else due.
                     // One call site for both shapes, so that `push_data` is inlined once.

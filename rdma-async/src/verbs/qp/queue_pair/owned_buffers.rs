@@ -389,7 +389,7 @@ impl OwnedBufferQueuePair {
     ///
     /// As [`RcQueuePair::post_send_wr`].
     // Always inlined: a stream's write call posts through it, and it stayed a call there
-    // (about 10 instructions a message) once the rest of the post was inlined.
+    // once the rest of the post was inlined (see `StreamCore::post_alone`).
     #[inline(always)]
     pub(in crate::verbs::qp) unsafe fn post_send_owned(
         &self,
