@@ -17,7 +17,8 @@
 //!
 //! Files: `config` (sizes and constants), `conn_data` (the 40 private-data bytes), `imm` (the
 //! immediate word), `sge` (16-byte SGL entries and byte order), `ring` (ring segments),
-//! `sender`, `receiver`, `control` (control slots), `plan` (work requests to post), `wr`
+//! `sender`, `receiver` (with `message_lengths`, its queue of unread messages), `control`
+//! (control slots), `plan` (work requests to post), `wr`
 //! (work-request ids), `state`, `connection` (the whole, with its `send`, `recv` and
 //! `control_writes` parts), `error`; `hostile` (tests and fuzzing only) plays a hostile peer
 //! against one connection and checks what it must never do.
@@ -34,6 +35,7 @@ mod grant_queue;
 #[cfg(any(test, rdma_async_fuzzing))]
 pub(crate) mod hostile;
 mod imm;
+mod message_lengths;
 mod plan;
 mod receiver;
 mod ring;

@@ -108,6 +108,9 @@ pub(crate) struct Sender {
     peer_credits: u16,
     /// Every `signal_interval`-th data write is signaled.
     signal_interval: u32,
+    /// Unsignaled ring bytes at which a data write is signaled: three quarters of the ring
+    /// (see `take_signal`).
+    signal_bytes: u32,
     /// Data writes posted unsignaled since the last signaled one.
     unsignaled_run: u32,
     /// Send-ring bytes those writes hold.
@@ -132,6 +135,7 @@ impl Sender {
             peer_credits: 0,
             // An eighth of the queue, so a signaled completion comes back well before it fills.
             signal_interval: (sqe_max / 8).clamp(1, MAX_SIGNAL_INTERVAL),
+            signal_bytes: config.sbuf_size() - config.sbuf_size() / 4,
             unsignaled_run: 0,
             unsignaled_bytes: 0,
         }
@@ -152,6 +156,13 @@ impl Sender {
         self.sseq_comp = self.sseq_comp.wrapping_add(start);
     }
 
+    /// The target SGL entry the next chunk goes to. Always below the array's size; taken
+    /// modulo it so that the compiler drops the bounds check of every data write's looks.
+    #[inline]
+    fn target_index(&self) -> usize {
+        self.target_sge % RS_SGL_SIZE
+    }
+
     /// `None` if a chunk can be sent now (C's `rs_can_send`), else the first reason it cannot.
     pub(crate) fn blocked(&self) -> Option<WriteBlocked> {
         if self.sqe_avail == 0 {
@@ -160,7 +171,7 @@ impl Sender {
             Some(WriteBlocked::SendBuffer)
         } else if self.sseq_no == self.sseq_comp {
             Some(WriteBlocked::Credits)
-        } else if self.target_sgl[self.target_sge].length == 0 {
+        } else if self.target_sgl[self.target_index()].length == 0 {
             Some(WriteBlocked::TargetBuffer)
         } else {
             None
@@ -185,7 +196,7 @@ impl Sender {
         if let Some(reason) = self.blocked() {
             return Err(reason);
         }
-        let target = self.target_sgl[self.target_sge];
+        let target = self.target_sgl[self.target_index()];
         let len = call
             .take(remaining)
             .min(self.sbuf_bytes_avail)
@@ -231,7 +242,7 @@ impl Sender {
         self.sbuf_bytes_avail -= len;
         self.sqe_avail -= 1;
         self.sseq_no = self.sseq_no.wrapping_add(1);
-        let slot = &mut self.target_sgl[self.target_sge];
+        let slot = &mut self.target_sgl[self.target_index()];
         let remote_addr = slot.addr;
         slot.addr = slot.addr.wrapping_add(u64::from(len));
         slot.length -= len;
@@ -285,7 +296,7 @@ impl Sender {
         let bytes = self.unsignaled_bytes.saturating_add(len);
         let run = self.unsignaled_run + 1;
         let signaled = run >= self.signal_interval
-            || bytes >= self.sbuf_size - self.sbuf_size / 4
+            || bytes >= self.signal_bytes
             || (self.blocked_by_own_sends() && !self.unblocked_by_earlier_signal(run, bytes));
         (self.unsignaled_run, self.unsignaled_bytes) = if signaled { (0, 0) } else { (run, bytes) };
         signaled
@@ -311,7 +322,7 @@ impl Sender {
         }
         self.sqe_avail -= 1;
         self.sseq_no = self.sseq_no.wrapping_add(1);
-        let target = self.target_sgl[self.target_sge];
+        let target = self.target_sgl[self.target_index()];
         Ok(Chunk {
             len: 0,
             sbuf: Segments::EMPTY,

@@ -247,7 +247,9 @@ impl StreamDevice for VerbsDevice {
         SendChain::new(&self.qp)
     }
 
-    #[inline]
+    // Always inlined: it posts every data write of the usual write call (see
+    // `StreamCore::post_alone`).
+    #[inline(always)]
     fn post_one(&self, req: &WorkRequest<'_>) -> io::Result<()> {
         self.qp.post(req)
     }

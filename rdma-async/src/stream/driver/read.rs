@@ -60,14 +60,17 @@ impl<D: StreamDevice> StreamCore<D> {
         mut put: impl FnMut(usize, usize) -> io::Result<()>,
     ) -> io::Result<()> {
         // At most two pieces: from the read position to the ring's end, then from its start.
+        // One call site of `put`, so that it is inlined (two left the copy a call of its own).
         let taken = max.min(state.conn.read_status_len());
-        let (offset, run) = state.conn.readable_run();
-        let first = taken.min(run);
-        if first > 0 {
-            put(offset, first)?;
-        }
-        if taken > first {
-            put(0, taken - first)?;
+        let (mut offset, run) = state.conn.readable_run();
+        let mut piece = taken.min(run);
+        let mut left = taken;
+        while left > 0 {
+            if piece > 0 {
+                put(offset, piece)?;
+            }
+            left -= piece;
+            (offset, piece) = (0, left);
         }
         if !peek {
             state.conn.consume(taken).map_err(io::Error::from)?;
@@ -220,6 +223,11 @@ impl<D: StreamDevice> StreamCore<D> {
                     *unit = Some(ready!(coop::poll_proceed(cx)));
                 }
                 ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
+            }
+            // The usual case, bytes to read, without building the status (its error variant
+            // makes it a value to match and drop).
+            if state.conn.read_status_len() > 0 {
+                return Poll::Ready(self.copy_out(&mut state, buf, peek));
             }
             match state.conn.read_status() {
                 ReadStatus::Data(_) => return Poll::Ready(self.copy_out(&mut state, buf, peek)),

@@ -44,7 +44,7 @@ impl<D: StreamDevice> StreamCore<D> {
         let mut call = WriteCall::largest();
         while source.remaining() > 0 {
             match state.conn.prepare_write(&mut call, source.remaining()) {
-                Ok(write) => {
+                Ok(ref write) => {
                     // The usual call: one chunk takes all its bytes, with nothing else due.
                     // One call site for both shapes, so that `push_data` is inlined once.
                     let alone = written == 0
@@ -55,7 +55,7 @@ impl<D: StreamDevice> StreamCore<D> {
                     } else {
                         Some(chain.get_or_insert_with(|| self.device.chain()))
                     };
-                    self.push_data(&mut state, to, &write, &mut source)?;
+                    self.push_data(&mut state, to, write, &mut source)?;
                     written += write.len;
                     if alone {
                         return Poll::Ready(Ok(written));

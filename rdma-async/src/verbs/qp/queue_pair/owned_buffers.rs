@@ -388,7 +388,9 @@ impl OwnedBufferQueuePair {
     /// # Safety
     ///
     /// As [`RcQueuePair::post_send_wr`].
-    #[inline]
+    // Always inlined: a stream's write call posts through it, and it stayed a call there
+    // once the rest of the post was inlined (see `StreamCore::post_alone`).
+    #[inline(always)]
     pub(in crate::verbs::qp) unsafe fn post_send_owned(
         &self,
         wr: &mut sys::ibv_send_wr,
