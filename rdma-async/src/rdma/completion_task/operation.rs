@@ -89,8 +89,8 @@ type Acquire<'a> = Pin<Box<dyn Future<Output = ()> + Send + Sync + 'a>>;
 /// The future of [`post_and_wait`].
 ///
 /// Its parts are fields of their own rather than the variants of one state enum: posting then
-/// moves only the buffers and the post out, and completing moves nothing (replacing a whole
-/// state, and dropping the one replaced, cost a 64 B write about 60 instructions).
+/// moves only the buffers and the post out, and completing moves and drops nothing (replacing
+/// a whole state went through a `memcpy` and a call to its drop glue each time).
 pub(in crate::rdma) struct PostAndWait<'a, P> {
     table: &'a InFlightTable,
     slots: &'a QueueSlots,

@@ -108,7 +108,7 @@ impl Ticket {
 
 /// Where a slot's request is. The buffers, the waker and the completion are fields of the slot
 /// beside it, so that a step moves only what it changes (whole states moved in and out of the
-/// slot cost a 64 B `RdmaConnection` write about 40 instructions).
+/// slot cost a 64 B `RdmaConnection` write at depth 64 about 25 instructions).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum SlotState {
     /// No request: `held` is `Nothing`, `waker` is `None`.
@@ -222,7 +222,11 @@ impl InFlightTable {
         let slot = &mut t.slots[index as usize];
         slot.queue = queue;
         slot.state = SlotState::Posted;
-        slot.held = held;
+        // A free slot holds `Nothing` (`release` took its buffers out): there is nothing to
+        // drop, and forgetting it spares the call to `Held`'s drop glue.
+        let free = std::mem::replace(&mut slot.held, held);
+        debug_assert!(matches!(free, Held::Nothing), "a free slot held buffers");
+        std::mem::forget(free);
         slot.waker = waker;
         let ticket = Ticket {
             index,
