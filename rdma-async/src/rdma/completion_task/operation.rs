@@ -136,7 +136,10 @@ where
             // The slot comes back when the table slot is freed (see `Claim`). A free slot is
             // taken without building `take`'s future.
             match &mut this.acquire {
-                Some(waiting) => std::task::ready!(waiting.as_mut().poll(cx)),
+                Some(waiting) => {
+                    std::task::ready!(waiting.as_mut().poll(cx));
+                    this.acquire = None;
+                }
                 None if this.slots.try_take() => {}
                 None => {
                     let mut waiting: Acquire<'_> = Box::pin(this.slots.take());
