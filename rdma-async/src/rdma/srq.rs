@@ -151,7 +151,7 @@ impl SharedReceiveQueue {
             srq.table(),
             &self.inner.slots,
             Held::One(buf.into_user().0),
-            |h| srq.post_recv_caller(h, &segments).map(|t| (t, Ring::Rung)),
+            |h, _| srq.post_recv_caller(h, &segments).map(|t| (t, Ring::Rung)),
             None,
         )
         .await;

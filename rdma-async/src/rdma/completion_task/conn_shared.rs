@@ -5,6 +5,7 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::Waker;
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -90,30 +91,46 @@ impl ConnShared {
 
     /// Waits for room in `queue`, then posts with `post` (unless the connection is closed or
     /// failed); returns the completion and the buffers. `post` is told whether to defer the
-    /// doorbell: on the send queue while other requests are outstanding ([`Ring`]).
+    /// doorbell (on the send queue while other requests are outstanding, for a `chained`
+    /// request: [`Ring`]), and given the operation's waker for the table slot. A deferring
+    /// `post` only adds its request to the queue pair's chain, outside the link's lock (the
+    /// chain is posted under it); every other post runs under it
+    /// ([`CmLink::while_open`]).
     pub(in crate::rdma) fn execute<'a>(
         &'a self,
         queue: WorkQueue,
+        chained: bool,
         held: Held,
-        post: impl FnOnce(Held, bool) -> Result<Posted, (io::Error, Held)> + 'a,
-    ) -> PostAndWait<'a, impl FnOnce(Held) -> Posting + 'a> {
+        post: impl FnOnce(Held, bool, &Waker) -> Result<Posted, (io::Error, Held)> + 'a,
+    ) -> PostAndWait<'a, impl FnOnce(Held, &Waker) -> Posting + 'a> {
         let sending = queue == WorkQueue::Send;
-        let guarded = move |held: Held| {
+        let guarded = move |held: Held, waker: &Waker| {
             if let Some(err) = self.refusal(queue) {
                 return Err((err, held));
             }
-            let defer = sending && !self.alone_on(queue);
+            let defer = chained && sending && !self.alone_on(queue);
+            if defer {
+                // Deferred, the request only joins the chain: the link's lock is taken where
+                // the chain is posted ([`Self::ring`]), which flushes it instead once the link
+                // closed. A request joining after the close is flushed there too.
+                return post(held, true, waker).map(|posted| {
+                    let ring = match posted.doorbell {
+                        Doorbell::Rung => Ring::Rung,
+                        Doorbell::Deferred { first: true } => Ring::AfterOthers,
+                        Doorbell::Deferred { first: false } => Ring::ByAnother,
+                    };
+                    (posted.ticket, ring)
+                });
+            }
             let mut held = Some(held);
             match self
                 .link
-                .while_open(|| post(held.take().unwrap_or_default(), defer))
+                .while_open(|| post(held.take().unwrap_or_default(), false, waker))
             {
                 Some(Ok(posted)) => {
                     let ring = match posted.doorbell {
                         Doorbell::Rung => Ring::Rung,
-                        Doorbell::Deferred { .. } if !defer => Ring::Now,
-                        Doorbell::Deferred { first: true } => Ring::AfterOthers,
-                        Doorbell::Deferred { first: false } => Ring::ByAnother,
+                        Doorbell::Deferred { .. } => Ring::Now,
                     };
                     Ok((posted.ticket, ring))
                 }
@@ -298,24 +315,42 @@ impl ConnShared {
     }
 
     /// Hands each completion to its slot. The caller holds the reaping lock since its poll.
+    ///
+    /// Failures are recorded first, so a flushed request behind a failed one reports the
+    /// failure. The connection's own completions are then handed over under one lock of its
+    /// table (a batch at depth 64 holds about 30); the buffers of dropped operations are
+    /// dropped after that lock (deregistering takes a system call).
     pub(super) fn dispatch(&self, wcs: &[PolledCompletion]) {
         for wc in wcs {
-            let wc = &wc.to_work_completion();
-            if !wc.status.is_success() && wc.status != WcStatus::FLUSH {
-                self.record_failure(wc);
+            let status = wc.status();
+            if !status.is_success() && status != WcStatus::FLUSH {
+                self.record_failure(&wc.to_work_completion());
             }
-            if self.table.owns(wc.wr_id) {
-                if let Some((queue, held)) = self.table.complete(wc) {
-                    // A dropped operation's slot: the device is done with its buffers now.
-                    drop(held);
-                    self.reaping.handed_out();
-                    self.slots(queue).give_back(1);
+        }
+        let mut freed = Vec::new();
+        let mut shared_queue = false;
+        {
+            let mut completing = self.table.completing();
+            for wc in wcs {
+                if !self.table.owns(wc.wr_id()) {
+                    shared_queue = true;
+                } else if let Some(slot) = completing.complete(&wc.to_work_completion()) {
+                    freed.push(slot);
                 }
-            } else if let Some(srq) = &self.srq
-                && let Some((_, held)) = srq.inner.srq.table().complete(wc)
-            {
-                drop(held);
-                srq.inner.slots.give_back(1);
+            }
+        }
+        for (queue, held) in freed {
+            // A dropped operation's slot: the device is done with its buffers now.
+            drop(held);
+            self.reaping.handed_out();
+            self.slots(queue).give_back(1);
+        }
+        if shared_queue && let Some(srq) = &self.srq {
+            for wc in wcs.iter().filter(|wc| !self.table.owns(wc.wr_id())) {
+                if let Some((_, held)) = srq.inner.srq.table().complete(&wc.to_work_completion()) {
+                    drop(held);
+                    srq.inner.slots.give_back(1);
+                }
             }
         }
     }

@@ -4,7 +4,7 @@
 
 use std::io;
 use std::pin::Pin;
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use tokio::task::coop;
 
@@ -49,8 +49,9 @@ pub(in crate::rdma) enum Ring {
     ByAnother,
 }
 
-/// Waits for one of `slots`, posts with `post`, and waits for the completion in `table`; returns
-/// it with the buffers. The slot is given back by whoever frees the table slot. With a `reaper`
+/// Waits for one of `slots`, posts with `post` (given the task's waker, which it may put in the
+/// table slot with the buffers), and waits for the completion in `table`; returns it with the
+/// buffers. The slot is given back by whoever frees the table slot. With a `reaper`
 /// (a connection's own queue pair), the operation may poll for its completion itself and rings
 /// the doorbell of a deferred post ([`Ring`]); without one (a shared receive queue's), the
 /// completion tasks of its connections hand it over.
@@ -66,17 +67,15 @@ pub(in crate::rdma) fn post_and_wait<'a, P>(
     reaper: Option<Reaper<'a>>,
 ) -> PostAndWait<'a, P>
 where
-    P: FnOnce(Held) -> Posting,
+    P: FnOnce(Held, &Waker) -> Posting,
 {
     PostAndWait {
         table,
         slots,
         reaper,
-        stage: Stage::Unposted {
-            held,
-            post,
-            acquire: None,
-        },
+        unposted: Some((held, post)),
+        acquire: None,
+        posted: None,
     }
 }
 
@@ -88,24 +87,21 @@ pub(in crate::rdma) type Posting = Result<(Ticket, Ring), (io::Error, Held)>;
 type Acquire<'a> = Pin<Box<dyn Future<Output = ()> + Send + Sync + 'a>>;
 
 /// The future of [`post_and_wait`].
+///
+/// Its parts are fields of their own rather than the variants of one state enum: posting then
+/// moves only the buffers and the post out, and completing moves and drops nothing (replacing
+/// a whole state went through a `memcpy` and a call to its drop glue each time).
 pub(in crate::rdma) struct PostAndWait<'a, P> {
     table: &'a InFlightTable,
     slots: &'a QueueSlots,
     reaper: Option<Reaper<'a>>,
-    stage: Stage<'a, P>,
-}
-
-enum Stage<'a, P> {
-    /// Not posted yet: its buffers are its own (dropping it drops them).
-    Unposted {
-        held: Held,
-        post: P,
-        acquire: Option<Acquire<'a>>,
-    },
-    /// Posted: the buffers are in the table.
-    Posted { claim: Claim<'a>, wait: Wait },
-    /// Its output was returned.
-    Finished,
+    /// Not posted yet: the buffers are the operation's own (dropping it drops them).
+    unposted: Option<(Held, P)>,
+    /// A queue slot being waited for (only when none was free).
+    acquire: Option<Acquire<'a>>,
+    /// Posted: the buffers are in the table, and the claim on their slot waits (it is `done`
+    /// once the output was returned).
+    posted: Option<(Claim<'a>, Wait)>,
 }
 
 /// Where a posted operation's wait is ([`Claim`]'s steps).
@@ -122,14 +118,14 @@ impl<P> Unpin for PostAndWait<'_, P> {}
 
 impl<P> Future for PostAndWait<'_, P>
 where
-    P: FnOnce(Held) -> Posting,
+    P: FnOnce(Held, &Waker) -> Posting,
 {
     type Output = (io::Result<WorkCompletion>, Held);
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if let Stage::Unposted { acquire, .. } = &mut this.stage {
-            if acquire.is_none() {
+        if this.posted.is_none() {
+            if this.acquire.is_none() {
                 // `acquire` was the operation's cooperative yield point (an operation whose
                 // completion is found at once never returns `Pending`): keep one.
                 let Poll::Ready(restore) = coop::poll_proceed(cx) else {
@@ -139,23 +135,24 @@ where
             }
             // The slot comes back when the table slot is freed (see `Claim`). A free slot is
             // taken without building `take`'s future.
-            match acquire {
-                Some(waiting) => std::task::ready!(waiting.as_mut().poll(cx)),
+            match &mut this.acquire {
+                Some(waiting) => {
+                    std::task::ready!(waiting.as_mut().poll(cx));
+                    this.acquire = None;
+                }
                 None if this.slots.try_take() => {}
                 None => {
                     let mut waiting: Acquire<'_> = Box::pin(this.slots.take());
                     if waiting.as_mut().poll(cx).is_pending() {
-                        *acquire = Some(waiting);
+                        this.acquire = Some(waiting);
                         return Poll::Pending;
                     }
                 }
             }
-            let Stage::Unposted { held, post, .. } =
-                std::mem::replace(&mut this.stage, Stage::Finished)
-            else {
-                unreachable!("the stage was matched above")
+            let Some((held, post)) = this.unposted.take() else {
+                panic!("`PostAndWait` polled after it completed");
             };
-            let (ticket, ring) = match post(held) {
+            let (ticket, ring) = match post(held, cx.waker()) {
                 Ok(posted) => posted,
                 Err((e, held)) => {
                     this.slots.give_back(1);
@@ -174,16 +171,13 @@ where
             {
                 r.shared.ring();
             }
-            this.stage = Stage::Posted {
-                claim,
-                wait: Wait::Posted,
-            };
+            this.posted = Some((claim, Wait::Posted));
         }
-        let Stage::Posted { claim, wait } = &mut this.stage else {
-            panic!("`PostAndWait` polled after it completed");
+        let Some((claim, wait)) = &mut this.posted else {
+            unreachable!("posted above");
         };
+        assert!(!claim.done, "`PostAndWait` polled after it completed");
         let (wc, held) = std::task::ready!(claim.poll_wait(wait, cx));
-        this.stage = Stage::Finished;
         Poll::Ready((Ok(wc), held))
     }
 }
@@ -262,6 +256,14 @@ impl<'a> Claim<'a> {
                         *wait = Wait::Yielded { probed };
                         return run_ready_tasks(cx);
                     }
+                    if !alone_at_post && self.ticket.waker_set() {
+                        // Its slot has this poll's waker since the post, and nothing has
+                        // polled the queue since: its completion wakes it, with no look at
+                        // the table first.
+                        *wait = Wait::Polling { missed: false };
+                        self.park();
+                        return Poll::Pending;
+                    }
                     *wait = self.start_polling(alone_at_post);
                 }
                 Wait::Yielded { probed } => {
@@ -300,16 +302,21 @@ impl<'a> Claim<'a> {
 
     fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held, WorkQueue)> {
         let polled = self.table.poll(&self.ticket, cx);
-        if polled.is_pending()
-            && !self.parked
+        if polled.is_pending() {
+            self.park();
+        }
+        polled
+    }
+
+    /// The waker is in the slot: whoever dispatches the completion wakes this task, and the
+    /// completion task polls until somebody has.
+    fn park(&mut self) {
+        if !self.parked
             && let Some(r) = &self.reaper
         {
-            // The waker is in the slot now: whoever dispatches the completion wakes this task,
-            // and the completion task polls until somebody has.
             self.parked = true;
             r.shared.reaping.leave();
         }
-        polled
     }
 
     /// The operation no longer waits unattended (its completion was handed out or freed).
@@ -366,7 +373,7 @@ mod tests {
         tokio::spawn(async move { flag.store(true, Ordering::Release) });
         let mut operations = 0;
         while !other_ran.load(Ordering::Acquire) && operations < 10_000 {
-            let post = |held: Held| {
+            let post = |held: Held, _: &Waker| {
                 let (ticket, wr_id) = table.insert(held, WorkQueue::Send)?;
                 // Completed before anyone waits, as a busy-polled completion is.
                 assert!(
@@ -388,5 +395,51 @@ mod tests {
             "{operations} operations ran without letting the other task run"
         );
         assert_eq!(slots.available(), 1, "every slot came back");
+    }
+
+    #[derive(Default)]
+    struct WakeCount(std::sync::atomic::AtomicUsize);
+
+    impl std::task::Wake for WakeCount {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// An operation whose post put its waker in the table slot waits without polling the
+    /// table first, and its completion wakes it with the result.
+    #[test]
+    fn an_operation_whose_waker_went_in_with_its_post_is_woken_by_its_completion() {
+        let table = InFlightTable::new(1, false);
+        let slots = QueueSlots::new(1);
+        let id = std::cell::Cell::new(None);
+        let post = |held: Held, waker: &Waker| {
+            let (ticket, wr_id) = table.insert_waiting(held, WorkQueue::Send, waker)?;
+            id.set(Some(wr_id));
+            Ok((ticket, Ring::Rung))
+        };
+        let mut operation = post_and_wait(&table, &slots, Held::Nothing, post, None);
+        let woken = Arc::new(WakeCount::default());
+        let waker = Waker::from(woken.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut operation).poll(&mut cx).is_pending());
+        let wr_id = id.get().expect("posted");
+        assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+        assert!(
+            table
+                .complete(&WorkCompletion {
+                    wr_id,
+                    ..WorkCompletion::EMPTY
+                })
+                .is_none(),
+            "the operation still waits for its slot"
+        );
+        assert_eq!(woken.0.load(Ordering::SeqCst), 1, "the completion woke it");
+        match Pin::new(&mut operation).poll(&mut cx) {
+            Poll::Ready((Ok(wc), Held::Nothing)) => assert_eq!(wc.wr_id, wr_id),
+            Poll::Ready((result, _)) => panic!("not its completion: {result:?}"),
+            Poll::Pending => panic!("woken but still pending"),
+        }
+        assert_eq!(slots.available(), 1, "its slot came back");
     }
 }

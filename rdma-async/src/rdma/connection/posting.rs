@@ -150,8 +150,8 @@ impl RdmaConnection {
             None => WorkQueue::Recv,
         };
         self.shared
-            .execute(queue, held, move |h, defer| match opcode {
-                Some(opcode) => qp.post_caller(opcode, h, segments.as_ref(), defer),
+            .execute(queue, true, held, move |h, defer, waker| match opcode {
+                Some(opcode) => qp.post_caller(opcode, h, segments.as_ref(), defer, Some(waker)),
                 None => qp.post_recv_caller(h, segments.as_ref()).map(Posted::from),
             })
     }
@@ -208,7 +208,7 @@ impl RdmaConnection {
         let qp = &self.shared.qp;
         let (result, held) = self
             .shared
-            .execute(WorkQueue::Send, Held::Window(binding), |h, _| {
+            .execute(WorkQueue::Send, false, Held::Window(binding), |h, _, _| {
                 qp.post_window(op, h).map(Posted::from)
             })
             .await;

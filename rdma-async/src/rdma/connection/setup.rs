@@ -106,9 +106,12 @@ async fn keepalive(shared: std::sync::Weak<ConnShared>, interval: Duration) {
             imm: None,
         };
         let (result, _) = shared
-            .execute(WorkQueue::Send, Held::Nothing, |held, defer| {
-                qp.post_caller(probe, held, &[], defer)
-            })
+            .execute(
+                WorkQueue::Send,
+                true,
+                Held::Nothing,
+                |held, defer, waker| qp.post_caller(probe, held, &[], defer, Some(waker)),
+            )
             .await;
         if let Err(e) = result {
             tracing::debug!(parent: shared.link.span(), error = %e, "keepalive stopped");

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::ptr;
+use std::task::Waker;
 
 use rdma_async_sys as sys;
 
@@ -74,6 +75,7 @@ pub(super) fn post_recv_into(
         held,
         segments,
         max_sge,
+        None,
         |wr_id, sges| {
             // SAFETY: ibv_recv_wr is plain old data; zero is valid for every field.
             let mut wr: sys::ibv_recv_wr = unsafe { std::mem::zeroed() };
@@ -87,14 +89,16 @@ pub(super) fn post_recv_into(
 }
 
 /// Checks `segments` against the buffers of `held`, moves `held` into a slot of `table` for
-/// `queue`, and has `post` post a work request with the slot's `wr_id` over the checked
-/// scatter/gather entries. If posting fails the slot is freed and the buffers come back.
+/// `queue` (with `waker`, the waiter's, when given), and has `post` post a work request with
+/// the slot's `wr_id` over the checked scatter/gather entries. If posting fails the slot is
+/// freed and the buffers come back.
 pub(super) fn hold_and_post(
     table: &InFlightTable,
     queue: WorkQueue,
     held: Held,
     segments: &[Segment],
     max_sge: u32,
+    waker: Option<&Waker>,
     post: impl FnOnce(u64, &mut [sys::ibv_sge]) -> io::Result<()>,
 ) -> Result<Ticket, (io::Error, Held)> {
     let mut sges = [NO_SGE; MAX_SEGMENTS];
@@ -102,7 +106,10 @@ pub(super) fn hold_and_post(
         Ok(n) => n,
         Err(e) => return Err((e, held)),
     };
-    let (ticket, wr_id) = table.insert(held, queue)?;
+    let (ticket, wr_id) = match waker {
+        Some(waker) => table.insert_waiting(held, queue, waker)?,
+        None => table.insert(held, queue)?,
+    };
     if let Err(e) = post(wr_id, &mut sges[..num_sge]) {
         return Err((e, table.take_back(ticket)));
     }

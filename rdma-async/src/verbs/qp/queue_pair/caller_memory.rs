@@ -5,6 +5,7 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Waker;
 
 use rdma_async_sys as sys;
 
@@ -121,13 +122,15 @@ impl CallerMemoryQueuePair {
     /// provider copies the bytes while posting, sparing the device a DMA read; the buffers are
     /// still held until the completion, as for any other request). With `defer`, or while
     /// deferred requests wait (they go first), the request is left for [`Self::ring`] instead.
-    /// On failure nothing was posted and the buffers come back.
+    /// `waker`, the waiter's, goes into the table with the buffers. On failure nothing was
+    /// posted and the buffers come back.
     pub(crate) fn post_caller(
         &self,
         opcode: Opcode,
         held: Held,
         segments: &[Segment],
         defer: bool,
+        waker: Option<&Waker>,
     ) -> Result<Posted, (io::Error, Held)> {
         let table = &self.memory.table;
         let max_sge = self.max_send_sge;
@@ -138,6 +141,7 @@ impl CallerMemoryQueuePair {
             held,
             segments,
             max_sge,
+            waker,
             |wr_id, sges| {
                 // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
                 let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
