@@ -1,7 +1,7 @@
 //! Listing devices, ports and GIDs (`Device::ports`), checked against the guest's own
 //! `ibv_devinfo -v`, `rdma link` and `ip addr`.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{Ipv4Addr, Ipv6Addr};
 
 use rdma_async::device::{DeviceContext, GidKind, LinkLayer, PortState, devices};
 use rdma_async_device_tests::tools::output_of;
@@ -92,9 +92,11 @@ async fn ports_and_gids_match_ibv_devinfo_rdma_link_and_ip_addr() {
         .collect();
     assert_eq!(ours, theirs, "ours vs ibv_devinfo -v:\n{devinfo}");
 
-    // ip addr: the test addresses are GIDs of the port, and every GID's IP is on its netdev.
+    // ip addr: the test addresses are GIDs of the port, and every GID's IP but the default's is
+    // on its netdev. RoCE's default GID (index 0) is the link-local address made from the
+    // netdev's MAC address (EUI-64), not one of its addresses: the netdev's own link-local
+    // address can differ from it.
     let addrs = output_of("ip", &["-o", "addr", "show", "dev", &netdev]).await;
-    let ips: Vec<IpAddr> = port.gids.iter().filter_map(|g| g.ip).collect();
     for wanted in [test_ip(), test_ip6()] {
         let gid = port
             .gids
@@ -106,15 +108,22 @@ async fn ports_and_gids_match_ibv_devinfo_rdma_link_and_ip_addr() {
         }
         assert_eq!(gid.netdev.as_deref(), Some(netdev.as_str()));
     }
-    for ip in &ips {
+    for gid in port.gids.iter().filter(|g| g.index != 0) {
+        let Some(ip) = gid.ip else { continue };
         assert!(
             addrs.contains(&format!(" {ip}/")),
-            "GID address {ip} is not on {netdev}: {addrs}"
+            "GID address {ip} (index {}) is not on {netdev}: {addrs}",
+            gid.index
         );
     }
+    let default = port
+        .gids
+        .iter()
+        .find(|g| g.index == 0)
+        .unwrap_or_else(|| panic!("no default GID (index 0) among {:?}", port.gids));
+    let bytes = default.gid;
     assert!(
-        ips.iter()
-            .any(|ip| matches!(ip, IpAddr::V6(v6) if v6.segments()[0] == 0xfe80)),
-        "the default GID (index 0) is the link-local address: {ips:?}"
+        bytes[..8] == [0xfe, 0x80, 0, 0, 0, 0, 0, 0] && bytes[11..13] == [0xff, 0xfe],
+        "the default GID (index 0) is an EUI-64 link-local address: {default:?}"
     );
 }
