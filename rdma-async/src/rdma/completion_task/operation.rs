@@ -124,57 +124,57 @@ where
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();
-        if this.posted.is_none() {
-            if this.acquire.is_none() {
-                // `acquire` was the operation's cooperative yield point (an operation whose
-                // completion is found at once never returns `Pending`): keep one.
-                let Poll::Ready(restore) = coop::poll_proceed(cx) else {
-                    return Poll::Pending;
-                };
-                restore.made_progress();
-            }
-            // The slot comes back when the table slot is freed (see `Claim`). A free slot is
-            // taken without building `take`'s future.
-            match &mut this.acquire {
-                Some(waiting) => {
-                    std::task::ready!(waiting.as_mut().poll(cx));
-                    this.acquire = None;
-                }
-                None if this.slots.try_take() => {}
-                None => {
-                    let mut waiting: Acquire<'_> = Box::pin(this.slots.take());
-                    if waiting.as_mut().poll(cx).is_pending() {
-                        this.acquire = Some(waiting);
+        let (claim, wait) = match &mut this.posted {
+            Some(posted) => posted,
+            None => {
+                if this.acquire.is_none() {
+                    // `acquire` was the operation's cooperative yield point (an operation whose
+                    // completion is found at once never returns `Pending`): keep one.
+                    let Poll::Ready(restore) = coop::poll_proceed(cx) else {
                         return Poll::Pending;
+                    };
+                    restore.made_progress();
+                }
+                // The slot comes back when the table slot is freed (see `Claim`). A free slot is
+                // taken without building `take`'s future.
+                match &mut this.acquire {
+                    Some(waiting) => {
+                        std::task::ready!(waiting.as_mut().poll(cx));
+                        this.acquire = None;
+                    }
+                    None if this.slots.try_take() => {}
+                    None => {
+                        let mut waiting: Acquire<'_> = Box::pin(this.slots.take());
+                        if waiting.as_mut().poll(cx).is_pending() {
+                            this.acquire = Some(waiting);
+                            return Poll::Pending;
+                        }
                     }
                 }
-            }
-            let Some((held, post)) = this.unposted.take() else {
-                panic!("`PostAndWait` polled after it completed");
-            };
-            let (ticket, ring) = match post(held, cx.waker()) {
-                Ok(posted) => posted,
-                Err((e, held)) => {
-                    this.slots.give_back(1);
-                    return Poll::Ready((Err(e), held));
+                let Some((held, post)) = this.unposted.take() else {
+                    panic!("`PostAndWait` polled after it completed");
+                };
+                let (ticket, ring) = match post(held, cx.waker()) {
+                    Ok(posted) => posted,
+                    Err((e, held)) => {
+                        this.slots.give_back(1);
+                        return Poll::Ready((Err(e), held));
+                    }
+                };
+                let claim = Claim::new(
+                    this.table,
+                    this.slots,
+                    ticket,
+                    this.reaper,
+                    ring == Ring::AfterOthers,
+                );
+                if ring == Ring::Now
+                    && let Some(r) = &claim.reaper
+                {
+                    r.shared.ring();
                 }
-            };
-            let claim = Claim::new(
-                this.table,
-                this.slots,
-                ticket,
-                this.reaper,
-                ring == Ring::AfterOthers,
-            );
-            if ring == Ring::Now
-                && let Some(r) = &claim.reaper
-            {
-                r.shared.ring();
+                this.posted.insert((claim, Wait::Posted))
             }
-            this.posted = Some((claim, Wait::Posted));
-        }
-        let Some((claim, wait)) = &mut this.posted else {
-            unreachable!("posted above");
         };
         assert!(!claim.done, "`PostAndWait` polled after it completed");
         let (wc, held) = std::task::ready!(claim.poll_wait(wait, cx));
@@ -397,15 +397,6 @@ mod tests {
         assert_eq!(slots.available(), 1, "every slot came back");
     }
 
-    #[derive(Default)]
-    struct WakeCount(std::sync::atomic::AtomicUsize);
-
-    impl std::task::Wake for WakeCount {
-        fn wake(self: Arc<Self>) {
-            self.0.fetch_add(1, Ordering::SeqCst);
-        }
-    }
-
     /// An operation whose post put its waker in the table slot waits without polling the
     /// table first, and its completion wakes it with the result.
     #[test]
@@ -419,12 +410,11 @@ mod tests {
             Ok((ticket, Ring::Rung))
         };
         let mut operation = post_and_wait(&table, &slots, Held::Nothing, post, None);
-        let woken = Arc::new(WakeCount::default());
-        let waker = Waker::from(woken.clone());
+        let (woken, waker) = crate::wake_count::counting_waker();
         let mut cx = Context::from_waker(&waker);
         assert!(Pin::new(&mut operation).poll(&mut cx).is_pending());
         let wr_id = id.get().expect("posted");
-        assert_eq!(woken.0.load(Ordering::SeqCst), 0);
+        assert_eq!(woken.get(), 0);
         assert!(
             table
                 .complete(&WorkCompletion {
@@ -434,7 +424,7 @@ mod tests {
                 .is_none(),
             "the operation still waits for its slot"
         );
-        assert_eq!(woken.0.load(Ordering::SeqCst), 1, "the completion woke it");
+        assert_eq!(woken.get(), 1, "the completion woke it");
         match Pin::new(&mut operation).poll(&mut cx) {
             Poll::Ready((Ok(wc), Held::Nothing)) => assert_eq!(wc.wr_id, wr_id),
             Poll::Ready((result, _)) => panic!("not its completion: {result:?}"),

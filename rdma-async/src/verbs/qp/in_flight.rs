@@ -467,8 +467,7 @@ mod tests {
         let mut cx = Context::from_waker(std::task::Waker::noop());
         assert!(table.poll(&stale, &mut cx).is_ready());
         let (next, next_id) = table.insert(Held::Nothing, WorkQueue::Recv).unwrap();
-        let woken = std::sync::Arc::new(WakeCount::default());
-        let waker = std::task::Waker::from(woken.clone());
+        let (woken, waker) = crate::wake_count::counting_waker();
         assert!(
             table
                 .poll(&next, &mut Context::from_waker(&waker))
@@ -479,7 +478,7 @@ mod tests {
             "a stale ticket replaced the next request's waker"
         );
         assert!(table.complete(&wc(next_id)).is_none());
-        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(woken.get(), 1);
         assert!(
             table.poll(&stale, &mut cx).is_pending(),
             "a stale ticket took the next request's completion"
@@ -497,8 +496,7 @@ mod tests {
         let (waited, _) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
         let (abandoned, _) = table.insert(Held::Nothing, WorkQueue::Recv).unwrap();
         let (done, done_id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
-        let woken = std::sync::Arc::new(WakeCount::default());
-        let waker = std::task::Waker::from(woken.clone());
+        let (woken, waker) = crate::wake_count::counting_waker();
         let mut cx = Context::from_waker(&waker);
         assert!(table.poll(&waited, &mut cx).is_pending());
         assert!(table.abandon(&abandoned).is_none());
@@ -508,7 +506,7 @@ mod tests {
             freed.as_slice(),
             [(WorkQueue::Recv, Held::Nothing)]
         ));
-        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(woken.get(), 1);
         match table.poll(&waited, &mut cx) {
             Poll::Ready((wc, _, WorkQueue::Send)) => assert_eq!(wc.status, WcStatus::FLUSH),
             other => panic!("the waiter was not ended: {other:?}"),
@@ -522,21 +520,11 @@ mod tests {
         assert!(table.flush_all().is_empty());
     }
 
-    #[derive(Default)]
-    struct WakeCount(std::sync::atomic::AtomicUsize);
-
-    impl std::task::Wake for WakeCount {
-        fn wake(self: std::sync::Arc<Self>) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-
     /// A waker given with the buffers is woken by the completion, with no poll before it.
     #[test]
     fn a_waker_given_at_insert_is_woken_by_the_completion() {
         let table = InFlightTable::new(2, false);
-        let woken = std::sync::Arc::new(WakeCount::default());
-        let waker = std::task::Waker::from(woken.clone());
+        let (woken, waker) = crate::wake_count::counting_waker();
         let (ticket, id) = table
             .insert_waiting(Held::Nothing, WorkQueue::Send, &waker)
             .unwrap();
@@ -544,7 +532,7 @@ mod tests {
         let (plain, _) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
         assert!(!plain.waker_set());
         assert!(table.complete(&wc(id)).is_none());
-        assert_eq!(woken.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(woken.get(), 1);
         assert!(table.is_done(&ticket));
     }
 
