@@ -1,9 +1,10 @@
 //! Helpers shared by the device tests, one concept a module: addresses ([`addr`]), test data
 //! ([`data`]), bound sockets ([`sockets`]) and connected pairs ([`pairs`]), what tests do to a
 //! connected stream ([`streams`]), librdmacm's C tools and other programs ([`tools`]), unmodified
-//! programs over rsockets ([`preload`]), the greeter's gRPC code ([`greeter`]), and RDMA resource
-//! counts for the leak tests ([`leaks`]). The common ones are re-exported here, with the hang guard
-//! and the checks of an error that every test binary uses.
+//! programs over rsockets ([`preload`]), the greeter's gRPC code ([`greeter`]), RDMA resource
+//! counts for the leak tests ([`leaks`]) and the fixed ports tests listen on ([`ports`]). The
+//! common ones are re-exported here, with the hang guard and the checks of an error that every
+//! test binary uses.
 //!
 //! The tests play misbehaving peers through rdma-async's test hooks, which exist only under
 //! `--cfg rdma_async_hooks`: the workspace's `.cargo/config.toml` sets it (a `RUSTFLAGS`
@@ -24,6 +25,7 @@ pub mod data;
 pub mod greeter;
 pub mod leaks;
 pub mod pairs;
+pub mod ports;
 pub mod preload;
 pub mod rstream_peer;
 pub mod soak;

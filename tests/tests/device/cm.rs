@@ -8,6 +8,7 @@ use rdma_async::cm::{CmError, ConnParams, MAX_ACCEPT_PRIVATE_DATA, MAX_CONNECT_P
 use rdma_async::endpoint::hooks;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async_device_tests::pairs::endpoint_pair_on;
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::{
     endpoint_pair, err_kind, guard, listener, test_addr, test_addr6, test_ip,
 };
@@ -221,7 +222,7 @@ async fn unanswered_peer_fails_within_the_connect_timeout() {
         .connect_timeout(Duration::from_secs(2));
     let result = guard(
         "connect",
-        Endpoint::connect_with(SocketAddr::new(silent, 7471), &opts),
+        Endpoint::connect_with(SocketAddr::new(silent, ports::UNREACHED), &opts),
     )
     .await;
     let (kind, msg) = err_kind(result);
@@ -244,7 +245,11 @@ async fn unroutable_address_fails_within_the_timeout() {
     let opts = EndpointOptions::new()
         .resolve_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_secs(5));
-    let result = guard("connect", Endpoint::connect_with("192.0.2.1:7471", &opts)).await;
+    let result = guard(
+        "connect",
+        Endpoint::connect_with(("192.0.2.1", ports::UNREACHED), &opts),
+    )
+    .await;
     let (kind, msg) = err_kind(result);
     assert!(
         matches!(
@@ -260,7 +265,11 @@ async fn unroutable_address_fails_within_the_timeout() {
 
 #[rdma_async::test]
 async fn unresolvable_name_is_a_clear_error() {
-    let result = Endpoint::connect_with("no-such-host.invalid:7471", &EndpointOptions::new()).await;
+    let result = Endpoint::connect_with(
+        ("no-such-host.invalid", ports::UNREACHED),
+        &EndpointOptions::new(),
+    )
+    .await;
     let (_, msg) = err_kind(result);
     assert!(msg.contains("cannot resolve"), "{msg}");
 }

@@ -4,10 +4,11 @@
 //! The examples are built by `scripts/test` (`cargo build --examples`), which exports their
 //! directory as `RDMA_ASYNC_EXAMPLES`; without it these tests fail rather than skip.
 
-use rdma_async_device_tests::test_ip;
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::tools::{
     EXCHANGE_DONE, Tool, UDADDY_PORT, example, greeter_server, http_server,
 };
+use rdma_async_device_tests::{test_addr, test_ip};
 
 /// Runs a client whose server is another process that gives no sign of being ready: retried
 /// (boundedly) while it fails, as a user would rerun it.
@@ -78,7 +79,7 @@ async fn mckey_example_receiver_with_c_sender() {
 async fn rstream_example_server_with_c_client() {
     let ip = test_ip().to_string();
     // A fixed port: the C client needs to know it, and rstream has no way to print it.
-    let port = "7481";
+    let port = &ports::RSTREAM_EXAMPLE_SERVER.to_string();
     let server = Tool::spawn(
         &example("rstream"),
         &["-b", &ip, "-p", port, "-T", "v", "-S", "4096", "-C", "20"],
@@ -99,7 +100,7 @@ async fn rstream_example_zero_copy_client_is_verified_by_a_c_server() {
     // every byte we send, we check every byte it sends. 20 KiB transfers: several per ring,
     // wrapping its end.
     let ip = test_ip().to_string();
-    let port = "7482";
+    let port = &ports::RSTREAM_EXAMPLE_PAIR.to_string();
     let args = ["-p", port, "-T", "v", "-S", "20480", "-C", "40"];
     let mut c_args = vec!["-b", ip.as_str()];
     c_args.extend(args);
@@ -128,7 +129,7 @@ async fn greeter_examples_over_rdma() {
 
 #[rdma_async::test]
 async fn tls_echo_example_verifies_and_echoes() {
-    let addr = format!("{}:7480", test_ip());
+    let addr = test_addr(ports::TLS_ECHO_EXAMPLE).to_string();
     Tool::spawn(&example("tls_echo"), &[&addr])
         .expect_success(&[
             "server certificate verified: true",
@@ -150,7 +151,7 @@ fn field(report: &str, key: &str) -> f64 {
 #[rdma_async::test]
 async fn many_streams_example_echoes_every_connection_and_reports_its_cost() {
     // The short version of scripts/compare-many: 16 connections, 50 round trips of 256 B each.
-    let addr = format!("{}:7490", test_ip());
+    let addr = test_addr(ports::MANY_STREAMS_EXAMPLE).to_string();
     let mut server = Tool::spawn(
         &example("many_streams"),
         &["server", &addr, "16", "50", "256"],
@@ -188,7 +189,7 @@ async fn many_streams_example_holds_a_thousand_echoing_streams_in_one_process() 
     // the same process), 10 round trips of 64 B on each, sharing one completion channel. They
     // take about 1,000 descriptors (2,000 without sharing): near the default soft limit
     // (1024), so the example runs under a raised one.
-    let addr = format!("{}:7495", test_ip());
+    let addr = test_addr(ports::THOUSAND_STREAMS_EXAMPLE).to_string();
     let program = example("many_streams");
     let args = [
         "--nofile=65536",
@@ -253,7 +254,7 @@ async fn serve_file_example_fetches_a_mapped_file_by_rdma_read_intact() {
         .map(|i| (i * 31 % 256) as u8)
         .collect();
     std::fs::write(&src, &data).unwrap();
-    let addr = format!("{}:7491", test_ip());
+    let addr = test_addr(ports::SERVE_FILE_EXAMPLE).to_string();
     let (client, server) = server_then_client(
         "serve_file",
         &["server", &addr, src.to_str().unwrap()],
@@ -282,7 +283,7 @@ async fn serve_file_example_fetches_a_mapped_file_by_rdma_read_intact() {
 
 #[rdma_async::test]
 async fn zero_copy_example_streams_pool_buffers_without_a_copy() {
-    let addr = format!("{}:7492", test_ip());
+    let addr = test_addr(ports::ZERO_COPY_EXAMPLE).to_string();
     // 3 MiB in 96 KiB regions: not a multiple of the ring size, so chunks straddle its end.
     let (client, server) = server_then_client(
         "zero_copy",
@@ -310,7 +311,10 @@ async fn zero_copy_example_streams_pool_buffers_without_a_copy() {
 #[rdma_async::test]
 async fn msg_rate_example_counts_every_message_of_both_kinds() {
     // The short version of scripts/compare-rate: 500 messages at depth 8, sends and writes.
-    for (kind, port) in [("send", "7493"), ("write", "7494")] {
+    for (kind, port) in [
+        ("send", ports::MSG_RATE_EXAMPLE),
+        ("write", ports::MSG_RATE_EXAMPLE + 1),
+    ] {
         let addr = format!("{}:{port}", test_ip());
         let (client, server) = server_then_client(
             "msg_rate",

@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 
 use rdma_async::stream::{RListener, RStream};
 use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::preload::{finish_with_input, preloaded, run_on_files};
 use rdma_async_device_tests::tools::http_server;
 use rdma_async_device_tests::{argv, connect_when_listening, guard, rlistener, test_ip};
@@ -156,8 +157,8 @@ async fn ncat_client_through_our_echo_server() {
     client_through_our_echo_server(listener, "ncat", &args, 17).await;
 }
 
-/// The port ncat listens on (examples.rs uses 7480 and 7481).
-const NCAT_PORT: u16 = 7488;
+/// The port ncat listens on.
+const NCAT_PORT: u16 = ports::NCAT_PRELOADED;
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_receives_from_ncat_server() {

@@ -8,6 +8,7 @@ use rdma_async_device_tests::{
 };
 
 use crate::rping_example::{self, parse_args, run_client, serve_listener};
+use rdma_async_device_tests::ports;
 
 const COUNT: usize = 10;
 const SIZE: usize = 100;
@@ -65,7 +66,7 @@ async fn our_server_with_the_c_client() {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_with_the_c_server() {
-    let port = 17174u16;
+    let port = ports::C_RPING_SERVER;
     let child = spawn_tool(
         "rping",
         &argv!["-s", "-v", "-S", SIZE, "-a", test_ip(), "-p", port],

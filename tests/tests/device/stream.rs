@@ -6,6 +6,7 @@ use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_device_tests::data::pattern;
 use rdma_async_device_tests::pairs::stream_pair_on;
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::rstream_peer::{
     Counter, c_rstream_verify_args, recv, rstream_exchange, send, serve_c_rstream_client,
 };
@@ -207,13 +208,14 @@ async fn finish(child: tokio::process::Child) {
 
 #[rdma_async::test]
 async fn our_client_with_c_rstream_server() {
+    let first = ports::C_RSTREAM_SERVERS;
     for (port, size, xfers, iters, extra) in [
-        (17481u16, 64usize, 100usize, 10usize, &[][..]),
-        (17482, 65536, 20, 5, &[][..]),
-        (17483, 4096, 50, 4, &["-B", "4096"][..]),
-        (17485, 1 << 20, 4, 2, &[][..]),
+        (first, 64usize, 100usize, 10usize, &[][..]),
+        (first + 1, 65536, 20, 5, &[][..]),
+        (first + 2, 4096, 50, 4, &["-B", "4096"][..]),
+        (first + 4, 1 << 20, 4, 2, &[][..]),
         // Non-blocking C side (busy-polling MSG_DONTWAIT calls; the last of -T b/n wins).
-        (17486, 4096, 100, 2, &["-T", "n"][..]),
+        (first + 5, 4096, 100, 2, &["-T", "n"][..]),
     ] {
         let child = c_rstream(
             size,
@@ -416,7 +418,7 @@ async fn dropped_read_and_write_futures_lose_nothing() {
 #[rdma_async::test]
 async fn killed_peer_ends_reads_and_writes_without_hanging() {
     // A C rstream server in a long run; we kill it mid-transfer.
-    let port = 17484u16;
+    let port = ports::C_RSTREAM_SERVERS + 3;
     let mut child = c_rstream(65536, 1000, 1000, &[], &argv!["-b", test_ip(), "-p", port]);
     let addr = test_addr(port);
     let mut stream = connect_when_listening(|| RStream::connect(addr)).await;

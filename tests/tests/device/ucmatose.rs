@@ -5,6 +5,7 @@
 //! disconnects.
 
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::tools::{EXCHANGE_DONE, finish_tool_printing};
 use rdma_async_device_tests::{
     argv, connect_when_listening, guard, listener, spawn_tool, test_addr, test_ip,
@@ -15,7 +16,7 @@ const SIZE: usize = 100;
 
 #[rdma_async::test]
 async fn our_client_with_c_server() {
-    let port = 17471u16;
+    let port = ports::C_UCMATOSE_SERVER;
     let child = spawn_tool(
         "ucmatose",
         &argv!["-b", test_ip(), "-p", port, "-C", COUNT, "-S", SIZE],

@@ -6,6 +6,7 @@
 //! back, which the client receives.
 
 use rdma_async::datagram::RDatagram;
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::tools::{EXCHANGE_DONE, UDADDY_PORT, finish_tool_printing};
 use rdma_async_device_tests::{
     argv, connect_when_listening, datagram, guard, spawn_tool, test_addr, test_ip,
@@ -14,7 +15,7 @@ use rdma_async_device_tests::{
 const COUNT: usize = 10;
 const SIZE: usize = 100;
 /// udaddy's port: its `-p` selects the port space, not the port.
-const PORT: u16 = 7174;
+const PORT: u16 = ports::UDADDY;
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_client_with_c_server() {

@@ -22,6 +22,7 @@ use tokio_stream::StreamExt;
 
 use rdma_async_device_tests::greeter::HelloRequest;
 use rdma_async_device_tests::greeter::greeter_client::GreeterClient;
+use rdma_async_device_tests::ports;
 
 const STREAM_BYTES: usize = 256 << 10;
 const RDMA_BYTES: usize = 256 << 10;
@@ -89,7 +90,7 @@ async fn across_impaired_wire(spec: &str, port: u16, seed: u64) {
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loss() {
-    across_impaired_wire("loss 1%", 7620, 1).await;
+    across_impaired_wire("loss 1%", ports::WIRE_NETEM, 1).await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,24 +98,24 @@ async fn reordering() {
     // 10 %, not 25 %: Soft-RoCE counts each out-of-sequence NAK against the transport retry
     // count until a whole 64 KiB write is acknowledged, and at 25 % it ran out once in CI
     // ("transport retry counter exceeded"): the emulator's limit, not the stream's.
-    across_impaired_wire("delay 2ms reorder 10% 50%", 7622, 2).await;
+    across_impaired_wire("delay 2ms reorder 10% 50%", ports::WIRE_NETEM + 2, 2).await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplication() {
-    across_impaired_wire("duplicate 5%", 7624, 3).await;
+    across_impaired_wire("duplicate 5%", ports::WIRE_NETEM + 4, 3).await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corruption() {
-    across_impaired_wire("corrupt 1%", 7626, 4).await;
+    across_impaired_wire("corrupt 1%", ports::WIRE_NETEM + 6, 4).await;
 }
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn loss_reordering_duplication_and_corruption_together() {
     across_impaired_wire(
         "delay 2ms reorder 10% 50% loss 0.5% duplicate 2% corrupt 0.5%",
-        7628,
+        ports::WIRE_NETEM + 8,
         5,
     )
     .await;
@@ -137,7 +138,7 @@ const COMBINED: &str = "delay 2ms reorder 10% 50% loss 0.5% duplicate 2% corrupt
 async fn hyper_http1_and_http2_under_loss_reordering_duplication_and_corruption() {
     let Some(peer) = peer_ip() else { return };
     let _wire = WIRE.lock().await;
-    let addr = SocketAddr::new(peer, 7630);
+    let addr = SocketAddr::new(peer, ports::WIRE_NETEM_HTTP);
     let server = PeerJob::start(
         "netem-http",
         "listening on",
@@ -180,7 +181,7 @@ async fn hyper_http1_and_http2_under_loss_reordering_duplication_and_corruption(
 async fn tonic_unary_and_streaming_under_loss_reordering_duplication_and_corruption() {
     let Some(peer) = peer_ip() else { return };
     let _wire = WIRE.lock().await;
-    let addr = SocketAddr::new(peer, 7631);
+    let addr = SocketAddr::new(peer, ports::WIRE_NETEM_GRPC);
     let server = PeerJob::start(
         "netem-greeter",
         "greeter listening",

@@ -16,6 +16,7 @@ use rdma_async::endpoint::{Endpoint, EndpointOptions};
 use rdma_async::rdma::{RdmaConnection, RdmaOptions};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_device_tests::data::pattern;
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::streams::fill_until_blocked;
 use rdma_async_device_tests::wire::{
     Netem, PeerJob, connect_after_outage, connect_retrying, echo_through, peer_ip, peer_program,
@@ -43,7 +44,7 @@ fn assert_timed_out(err: &std::io::Error, peer: SocketAddr, what: &str, since: I
 async fn a_vanished_host_fails_writers_keepalive_readers_and_receivers_and_rdma_writes() {
     let Some(peer) = peer_ip() else { return };
     let baseline = leak_counts();
-    let port = 7640;
+    let port = ports::WIRE_VANISH;
     let echo = PeerJob::start(
         "vanish-echo",
         "ready",

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use rdma_async::rdma::{RdmaOptions, RemoteAccess};
 use rdma_async::stream::{RStream, RStreamOptions};
 use rdma_async_device_tests::leaks::{LEAK_KINDS, leak_counts, settled_counts};
+use rdma_async_device_tests::ports;
 use rdma_async_device_tests::soak::{
     CANARY, MAX_OP, Progress, env_bytes, rss_kib, seed, soak_rdma, soak_stream,
 };
@@ -67,14 +68,14 @@ async fn soak_streams_and_rdma_across_the_wire_and_within_the_node() {
         &[
             &peer_program(),
             "soak",
-            "7650",
+            &ports::WIRE_SOAK.to_string(),
             &wire_bytes.to_string(),
             &b.to_string(),
             &a.to_string(),
         ],
     )
     .await;
-    let addr = SocketAddr::new(peer, 7650);
+    let addr = SocketAddr::new(peer, ports::WIRE_SOAK);
     let stream = connect_retrying(|| RStream::connect(addr)).await;
     let progress = Progress::new("RStream across the wire", 2 * wire_bytes);
     let (sent, received) = soak_stream(stream, wire_bytes, a, b, Some(progress.clone()))
@@ -98,10 +99,15 @@ async fn soak_streams_and_rdma_across_the_wire_and_within_the_node() {
     let job = PeerJob::start(
         "soak-rdma",
         "ready",
-        &[&peer_program(), "rdma", "7651", &REGION.to_string()],
+        &[
+            &peer_program(),
+            "rdma",
+            &(ports::WIRE_SOAK + 1).to_string(),
+            &REGION.to_string(),
+        ],
     )
     .await;
-    let (conn, remote) = rdma_client(SocketAddr::new(peer, 7651)).await;
+    let (conn, remote) = rdma_client(SocketAddr::new(peer, ports::WIRE_SOAK + 1)).await;
     let progress = Progress::new("RDMA reads and writes across the wire", rdma_bytes);
     let (mirror, stats) = soak_rdma(&conn, &remote, rdma_bytes, a, &progress)
         .await

@@ -24,18 +24,19 @@ use tokio_stream::StreamExt;
 
 use rdma_async_device_tests::greeter::HelloRequest;
 use rdma_async_device_tests::greeter::greeter_client::GreeterClient;
+use rdma_async_device_tests::ports;
 
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rstream_echo_full_duplex_and_half_close() {
     let Some(peer) = peer_ip() else { return };
-    let port = "7601";
+    let port = &ports::WIRE_STREAM_ECHO.to_string();
     let server = PeerJob::start(
         "stream-echo",
         "ready",
         &[&peer_program(), "stream-echo", port],
     )
     .await;
-    let addr = SocketAddr::new(peer, 7601);
+    let addr = SocketAddr::new(peer, ports::WIRE_STREAM_ECHO);
     let mut stream = connect_retrying(|| RStream::connect(addr)).await;
     assert_eq!(stream.peer_addr().unwrap(), addr);
     assert_eq!(stream.local_addr().unwrap().ip(), test_ip());
@@ -66,10 +67,14 @@ async fn endpoint_messages_echo() {
     let server = PeerJob::start(
         "endpoint-echo",
         "ready",
-        &[&peer_program(), "endpoint-echo", "7602"],
+        &[
+            &peer_program(),
+            "endpoint-echo",
+            &ports::WIRE_ENDPOINT_ECHO.to_string(),
+        ],
     )
     .await;
-    let addr = SocketAddr::new(peer, 7602);
+    let addr = SocketAddr::new(peer, ports::WIRE_ENDPOINT_ECHO);
     let opts = EndpointOptions::new();
     let ep = connect_retrying(|| Endpoint::connect_with(addr, &opts)).await;
     assert_eq!(ep.peer_addr().unwrap(), addr);
@@ -106,10 +111,15 @@ async fn rdma_connection_send_recv_write_read_and_atomics() {
     let server = PeerJob::start(
         "rdma",
         "ready",
-        &[&peer_program(), "rdma", "7603", &LEN.to_string()],
+        &[
+            &peer_program(),
+            "rdma",
+            &ports::WIRE_RDMA.to_string(),
+            &LEN.to_string(),
+        ],
     )
     .await;
-    let (conn, remote) = rdma_client(SocketAddr::new(peer, 7603)).await;
+    let (conn, remote) = rdma_client(SocketAddr::new(peer, ports::WIRE_RDMA)).await;
     // send / recv: node 2 echoes each message.
     for (i, n) in [1usize, 100, 4096, 65_536].into_iter().enumerate() {
         let mut out = conn.reg_msgs(n).unwrap();
@@ -162,10 +172,14 @@ async fn rdatagram_echo_across_the_wire() {
     let server = PeerJob::start(
         "dgram-echo",
         "ready",
-        &[&peer_program(), "dgram-echo", "7604"],
+        &[
+            &peer_program(),
+            "dgram-echo",
+            &ports::WIRE_DATAGRAM_ECHO.to_string(),
+        ],
     )
     .await;
-    let target = SocketAddr::new(peer, 7604);
+    let target = SocketAddr::new(peer, ports::WIRE_DATAGRAM_ECHO);
     let socket = RDatagram::bind(SocketAddr::new(test_ip(), 0))
         .await
         .unwrap();
@@ -201,7 +215,7 @@ async fn rdatagram_echo_across_the_wire() {
 async fn multicast_crosses_the_wire() {
     let Some(peer) = peer_ip() else { return };
     let group: std::net::IpAddr = "239.77.1.10".parse().unwrap();
-    let local = SocketAddr::new(test_ip(), 7605);
+    let local = SocketAddr::new(test_ip(), ports::WIRE_DATAGRAM_LOCAL);
     let socket = RDatagram::bind(local).await.unwrap();
     // Node 2 joins and answers what reaches it through the group with `send_to(from)`: it has
     // never heard of us otherwise, so the answer arrives only if the group datagram named our
@@ -244,7 +258,7 @@ async fn multicast_crosses_the_wire() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hyper_http1_and_http2_across_the_wire() {
     let Some(peer) = peer_ip() else { return };
-    let addr = SocketAddr::new(peer, 7606);
+    let addr = SocketAddr::new(peer, ports::WIRE_HTTP);
     let server = PeerJob::start(
         "http-server",
         "listening on",
@@ -264,7 +278,7 @@ async fn hyper_http1_and_http2_across_the_wire() {
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tonic_unary_and_streaming_across_the_wire() {
     let Some(peer) = peer_ip() else { return };
-    let addr = SocketAddr::new(peer, 7607);
+    let addr = SocketAddr::new(peer, ports::WIRE_GRPC);
     let server = PeerJob::start(
         "greeter",
         "greeter listening",
@@ -336,7 +350,7 @@ const RSTREAM_RUN: [(usize, usize, usize); 2] = [(64, 100, 4), (65_536, 20, 2)];
 async fn our_rstream_client_with_c_rstream_server_across_the_wire() {
     let Some(peer) = peer_ip() else { return };
     for (i, (size, xfers, iters)) in RSTREAM_RUN.into_iter().enumerate() {
-        let port = 7610 + i as u16;
+        let port = ports::WIRE_C_RSTREAM + i as u16;
         let mut args = c_rstream_verify_args(size, xfers, iters);
         args.extend(["-b".into(), peer.to_string(), "-p".into(), port.to_string()]);
         let mut argv: Vec<&str> = vec!["rstream"];
@@ -453,12 +467,13 @@ async fn our_rping_client_with_c_rping_server_across_the_wire() {
             "-a",
             &peer.to_string(),
             "-p",
-            "7615",
+            &ports::WIRE_C_RPING.to_string(),
         ],
     )
     .await;
+    let port = ports::WIRE_C_RPING;
     let client_args = rping_args(&format!(
-        "-c -V -a {peer} -p 7615 -C {PINGS} -S {PING_SIZE}"
+        "-c -V -a {peer} -p {port} -C {PINGS} -S {PING_SIZE}"
     ));
     let mut result = Err(io::Error::other("not started"));
     for _ in 0..100 {
