@@ -56,6 +56,7 @@ pub(crate) use conn_data::ConnData;
 pub(crate) use connection::{Connection, LocalLayout, ReadStatus, TARGET_SGL_BYTES, WriteError};
 pub(crate) use error::{ProtoError, ProtoErrorKind};
 pub(crate) use plan::{DataWrite, LendStep, WindowBind};
+pub(crate) use ring::RingSegment;
 pub(crate) use ring_access::RingKeys;
 pub(crate) use sender::{WriteBlocked, WriteCall};
 pub(crate) use wr::WR_ID_RECV_FLAG;
@@ -76,6 +77,6 @@ pub(crate) use imm::Op;
 #[cfg(test)]
 pub(crate) use plan::{ControlKind, ControlWrite};
 #[cfg(test)]
-pub(crate) use ring::{RingSegment, Segments};
+pub(crate) use ring::Segments;
 #[cfg(test)]
 pub(crate) use sge::{ByteOrder, RsSge};

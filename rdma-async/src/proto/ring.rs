@@ -24,33 +24,42 @@ impl Segments {
     };
 
     /// `len` bytes from `start` in a ring of `size` bytes (`start < size`, `len <= size`).
+    /// Built without indexing by the count, as is [`Self::parts`], so that a `Segments` passed
+    /// by value along a data write can stay in registers.
     pub(crate) fn in_ring(start: u32, len: u32, size: u32) -> Segments {
-        let mut out = Segments::EMPTY;
         if len == 0 || size == 0 {
-            return out;
+            return Segments::EMPTY;
         }
         let start = start % size;
         let len = len.min(size);
         let first = len.min(size - start);
-        out.push(start, first);
-        out.push(0, len - first);
-        out
+        let rest = len - first;
+        Segments {
+            segs: [
+                RingSegment {
+                    offset: start as usize,
+                    len: first as usize,
+                },
+                RingSegment {
+                    offset: 0,
+                    len: rest as usize,
+                },
+            ],
+            count: 1 + u8::from(rest > 0),
+        }
     }
 
-    fn push(&mut self, offset: u32, len: u32) {
-        if len == 0 {
-            return;
-        }
-        if let Some(slot) = self.segs.get_mut(usize::from(self.count)) {
-            *slot = RingSegment {
-                offset: offset as usize,
-                len: len as usize,
-            };
-            self.count += 1;
-        }
+    /// The first and the second segment, each if there is one.
+    #[inline]
+    pub(crate) fn parts(&self) -> [Option<RingSegment>; 2] {
+        [
+            (self.count > 0).then_some(self.segs[0]),
+            (self.count > 1).then_some(self.segs[1]),
+        ]
     }
 
     /// The segments, in order.
+    #[cfg(any(test, rdma_async_fuzzing))]
     pub(crate) fn as_slice(&self) -> &[RingSegment] {
         &self.segs[..usize::from(self.count)]
     }
@@ -85,5 +94,19 @@ mod tests {
         assert!(Segments::in_ring(5, 0, 100).is_empty());
         assert_eq!(Segments::in_ring(95, 10, 100).total(), 10);
         assert_eq!(Segments::EMPTY.total(), 0);
+    }
+
+    #[test]
+    fn parts_are_the_segments_in_order() {
+        for s in [
+            Segments::in_ring(0, 10, 100),
+            Segments::in_ring(95, 10, 100),
+            Segments::in_ring(50, 100, 100),
+            Segments::in_ring(5, 0, 100),
+        ] {
+            let parts: Vec<RingSegment> = s.parts().into_iter().flatten().collect();
+            assert_eq!(parts, s.as_slice(), "{s:?}");
+        }
+        assert_eq!(Segments::in_ring(90, 10, 100).parts()[1], None);
     }
 }

@@ -205,7 +205,9 @@ impl Sender {
     }
 
     /// Decide the next chunk of a call with `remaining > 0` bytes left, and account for it
-    /// before returning (C: "update target SGE before sending data").
+    /// before returning (C: "update target SGE before sending data"). Always inlined into the
+    /// write that posts the chunk (see `Connection::prepare_write`).
+    #[inline(always)]
     pub(crate) fn next_chunk(
         &mut self,
         call: &mut WriteCall,

@@ -14,11 +14,11 @@ use std::task::{Context, Poll};
 
 use crate::cm::link::CmLink;
 use crate::cm::{ConnWaiter, Woken};
-use crate::proto::{Connection, WindowBind};
+use crate::proto::{Connection, DataWrite, WindowBind};
 use crate::reactor::{AsyncCq, WaitHints, WaitYields};
 use crate::verbs::{
-    CompletionBatch, OwnedBufferQueuePair, PolledCompletion, SendChain, UserBuffer, WorkCompletion,
-    WorkRequest,
+    CompletionBatch, Opcode, OwnedBufferQueuePair, Payload, PolledCompletion, SendChain,
+    UserBuffer, WorkCompletion, WorkRequest,
 };
 
 use super::{BATCH, Side, StreamParts};
@@ -47,6 +47,21 @@ pub(in crate::stream) trait PostChain {
     fn post(&mut self) -> io::Result<()>;
 }
 
+/// The work request of the data write `write` (an RDMA write with its DATA immediate), its
+/// bytes from `payload`.
+pub(super) fn data_request<'p>(write: &DataWrite, payload: Payload<'p>) -> WorkRequest<'p> {
+    WorkRequest {
+        wr_id: write.wr_id,
+        opcode: Opcode::Write {
+            remote_addr: write.remote_addr,
+            rkey: write.rkey,
+            imm: Some(write.imm),
+        },
+        payload,
+        signaled: write.signaled,
+    }
+}
+
 /// What a stream's driver needs of its device: one connected queue pair with its four
 /// registered buffers (indexed `SBUF`, `RBUF`, `TARGET_SGL`, `CTRL`), its completion queue, a
 /// waiter for each side of the stream, and the connection's rdma_cm end.
@@ -59,15 +74,16 @@ pub(in crate::stream) trait StreamDevice {
     /// An empty send chain.
     fn chain(&self) -> Self::Chain<'_>;
 
-    /// Posts `req` alone: a write call of one chunk with nothing else due, the usual one.
-    /// A device may do this more cheaply than a chain of one.
+    /// Posts the data write `write` (an RDMA write with its DATA immediate) alone, its bytes
+    /// from `payload`: a write call of one chunk with nothing else due, the usual one. A device
+    /// may do this more cheaply than a chain of one.
     ///
     /// # Errors
     ///
-    /// `req` is invalid for the device, or the device refused the post.
-    fn post_one(&self, req: &WorkRequest<'_>) -> io::Result<()> {
+    /// The payload is invalid for the device, or the device refused the post.
+    fn post_data_write(&self, write: &DataWrite, payload: Payload<'_>) -> io::Result<()> {
         let mut chain = self.chain();
-        chain.push(req)?;
+        chain.push(&data_request(write, payload))?;
         chain.post()
     }
 
@@ -248,10 +264,16 @@ impl StreamDevice for VerbsDevice {
     }
 
     // Always inlined: it posts every data write of the usual write call (see
-    // `StreamCore::post_alone`).
+    // `StreamCore::push_data_write`).
     #[inline(always)]
-    fn post_one(&self, req: &WorkRequest<'_>) -> io::Result<()> {
-        self.qp.post(req)
+    fn post_data_write(&self, write: &DataWrite, payload: Payload<'_>) -> io::Result<()> {
+        self.qp.post_write_with_imm(
+            write.wr_id,
+            (write.remote_addr, write.rkey),
+            write.imm,
+            payload,
+            write.signaled,
+        )
     }
 
     #[inline]

@@ -3,11 +3,12 @@
 
 use std::io;
 
-use crate::proto::DataWrite;
+use crate::proto::{DataWrite, RingSegment};
 use crate::stream::gather::Gather;
 use crate::stream::lending_ring::WINDOW_RANGE;
 use crate::verbs::{Opcode, Payload, Segment, WorkRequest};
 
+use super::device::data_request;
 use super::{CTRL, CTRL_SLOT, CoreState, PostChain, RBUF, SBUF, StreamCore, StreamDevice};
 
 impl<D: StreamDevice> StreamCore<D> {
@@ -124,23 +125,6 @@ impl<D: StreamDevice> StreamCore<D> {
         posted.map_err(|e| self.post_failed(state, e))
     }
 
-    /// Posts `req` alone, without a chain; a failure ends the connection. Always inlined, as
-    /// is every call from the write down to `ibv_post_send`: whichever of them was left a call
-    /// cost its frame and a request built in memory for it, and inlining them all cut a
-    /// streamed message's write by about 45 instructions.
-    #[inline(always)]
-    pub(super) fn post_alone(
-        &self,
-        state: &mut CoreState,
-        req: &WorkRequest<'_>,
-    ) -> io::Result<()> {
-        self.device
-            .post_one(req)
-            .map_err(|e| self.post_failed(state, e))?;
-        state.stats.post_send_calls += 1;
-        Ok(())
-    }
-
     /// A post failed: requests the protocol counts as outstanding may never have been posted,
     /// so their completions may never come (`CoreState::post_failed`); the connection ends.
     pub(super) fn post_failed(&self, state: &mut CoreState, e: io::Error) -> io::Error {
@@ -165,13 +149,10 @@ impl<D: StreamDevice> StreamCore<D> {
             return Err(self.fatal(state, err));
         }
         let gathered;
-        let mut segments = [Segment {
-            buffer: SBUF,
-            offset: 0,
-            len: 0,
-        }; 2];
+        // Made only for a copied chunk: made first, it cost every inline chunk its zeroing.
+        let segments;
         // One call of `push_data_write` for both shapes, so that it is inlined here once (two
-        // calls left it a function of its own; see `post_alone`).
+        // calls left it a function of its own; see `push_data_write`).
         let payload = if write.inline {
             match source.take_contiguous(write.len) {
                 Some(bytes) => Payload::Inline(bytes),
@@ -183,8 +164,8 @@ impl<D: StreamDevice> StreamCore<D> {
                 }
             }
         } else {
-            let ring = write.sbuf.as_slice();
-            for (dst, seg) in segments.iter_mut().zip(ring) {
+            let parts = write.sbuf.parts();
+            for seg in parts.iter().flatten() {
                 let mut at = seg.offset;
                 while at < seg.offset + seg.len {
                     // Not empty: the source holds at least the chunk's bytes (checked above).
@@ -192,20 +173,27 @@ impl<D: StreamDevice> StreamCore<D> {
                     self.device.write_at(SBUF, at, piece)?;
                     at += piece.len();
                 }
-                *dst = Segment {
+            }
+            let segment = |part: Option<RingSegment>| {
+                let seg = part.unwrap_or_default();
+                Segment {
                     buffer: SBUF,
                     offset: seg.offset,
                     len: seg.len,
-                };
-            }
-            Payload::Segments(&segments[..ring.len()])
+                }
+            };
+            segments = [segment(parts[0]), segment(parts[1])];
+            let count = parts.iter().flatten().count();
+            Payload::Segments(&segments[..count])
         };
         self.push_data_write(state, chain, write, payload)
     }
 
     /// Adds the data write `write` (an RDMA write with its DATA immediate) from `payload` to
-    /// `chain`, or with no chain posts it alone; a failure ends the connection. Always inlined:
-    /// it runs for every data write (see `post_alone`).
+    /// `chain`, or with no chain posts it alone; a failure ends the connection. Always inlined,
+    /// as is every call from the write down to `ibv_post_send`: whichever of them was left a
+    /// call cost its frame and a request built in memory for it, and inlining them all cut a
+    /// streamed message's write by about 45 instructions.
     #[inline(always)]
     pub(super) fn push_data_write(
         &self,
@@ -214,19 +202,14 @@ impl<D: StreamDevice> StreamCore<D> {
         write: &DataWrite,
         payload: Payload<'_>,
     ) -> io::Result<()> {
-        let req = WorkRequest {
-            wr_id: write.wr_id,
-            opcode: Opcode::Write {
-                remote_addr: write.remote_addr,
-                rkey: write.rkey,
-                imm: Some(write.imm),
-            },
-            payload,
-            signaled: write.signaled,
-        };
         match chain {
-            Some(chain) => self.push(state, chain, &req)?,
-            None => self.post_alone(state, &req)?,
+            Some(chain) => self.push(state, chain, &data_request(write, payload))?,
+            None => {
+                self.device
+                    .post_data_write(write, payload)
+                    .map_err(|e| self.post_failed(state, e))?;
+                state.stats.post_send_calls += 1;
+            }
         }
         state.stats.data_writes += 1;
         state.stats.inline_writes += u64::from(matches!(payload, Payload::Inline(_)));

@@ -6,11 +6,11 @@ use std::task::{Context, Poll, ready};
 
 use tokio::task::coop::{self, RestoreOnPending};
 
-use crate::proto::{WriteCall, WriteError};
+use crate::proto::{DataWrite, WriteCall, WriteError};
 use crate::stream::gather::Gather;
 use crate::stream::side_wakers::{Reading, Waiter};
 
-use super::{Side, StreamCore, StreamDevice};
+use super::{CoreState, CountedGuard, Side, StreamCore, StreamDevice};
 
 impl<D: StreamDevice> StreamCore<D> {
     /// Writes from `bufs` in order, as much as fits now; with no `cx`, returns `WouldBlock`
@@ -22,44 +22,65 @@ impl<D: StreamDevice> StreamCore<D> {
     /// out, and what returns them comes through completions, handled within the budget.
     pub(super) fn write(
         &self,
-        mut cx: Option<&mut Context<'_>>,
+        cx: Option<&mut Context<'_>>,
         bufs: &[io::IoSlice<'_>],
         unit: &mut Option<RestoreOnPending>,
     ) -> Poll<io::Result<usize>> {
         let mut state = self.lock();
-        // Like rsockets' rsend, completions are reaped only once the write cannot go on: a
-        // write that can post goes straight to the device (a 64 B round trip polled the queue
-        // for nothing here first).
-        let mut pumped = false;
-        let mut written = 0;
-        // Every chunk of the call, and the control messages due after them, go to the device
-        // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
-        // below, so the chain is empty whenever it does. It is made only for a call of several
-        // requests: the usual call, one chunk with nothing else due, posts it alone.
-        let mut chain = None;
         // The call's buffers are one run of bytes (see `Gather`): rsockets ramps chunk sizes up
         // from 2 KiB in every write call; we send the largest chunks at once (fewer work
         // requests; the peer cannot tell the difference).
         let mut source = Gather::new(bufs);
         let mut call = WriteCall::largest();
+        // Like rsockets' rsend, completions are reaped only once the write cannot go on: a
+        // write that can post goes straight to the device (a 64 B round trip polled the queue
+        // for nothing here first).
+        let first = match source.remaining() {
+            0 => None,
+            remaining => Some(state.conn.prepare_write(&mut call, remaining)),
+        };
+        // The usual call: one chunk takes all its bytes, and is posted alone. No control
+        // message waits for it: each is posted by the call that made it due, or by the
+        // handling of the completion that frees its slot (looking here cost every streamed
+        // message some 14 instructions, for nothing).
+        if let Some(Ok(write)) = &first
+            && write.len == source.remaining()
+        {
+            self.push_data(&mut state, None, write, &mut source)?;
+            return Poll::Ready(Ok(write.len));
+        }
+        self.write_chunks(state, cx, source, call, first, unit)
+    }
+
+    /// [`Self::write`] for every other call: several chunks, or a first that could not be
+    /// planned (`first`, `None` for a call of no bytes). Out of line, so that the usual call
+    /// carries neither its send chain's room in its frame nor its registers' spills.
+    #[inline(never)]
+    fn write_chunks(
+        &self,
+        mut state: CountedGuard<'_, CoreState>,
+        mut cx: Option<&mut Context<'_>>,
+        mut source: Gather<'_>,
+        mut call: WriteCall,
+        mut first: Option<Result<DataWrite, WriteError>>,
+        unit: &mut Option<RestoreOnPending>,
+    ) -> Poll<io::Result<usize>> {
+        let mut pumped = false;
+        let mut written = 0;
+        // Every chunk of the call, and any control message due after them, go to the device
+        // with one `ibv_post_send`. Only a call that has written nothing yet returns or waits
+        // below, so the chain is empty whenever it does.
+        let mut chain = None;
         while source.remaining() > 0 {
-            match state.conn.prepare_write(&mut call, source.remaining()) {
-                Ok(ref write) => {
-                    // The usual call: one chunk takes all its bytes, with nothing else due.
-                    // One call site for both shapes, so that `push_data` is inlined once.
-                    let alone = written == 0
-                        && write.len == source.remaining()
-                        && !state.conn.control_ready();
-                    let to = if alone {
-                        None
-                    } else {
-                        Some(chain.get_or_insert_with(|| self.device.chain()))
-                    };
-                    self.push_data(&mut state, to, write, &mut source)?;
+            let planned = match first.take() {
+                Some(planned) => planned,
+                None => state.conn.prepare_write(&mut call, source.remaining()),
+            };
+            match planned {
+                Ok(write) => {
+                    let chain = chain.get_or_insert_with(|| self.device.chain());
+                    self.push_data(&mut state, Some(chain), &write, &mut source)?;
                     written += write.len;
-                    if alone {
-                        return Poll::Ready(Ok(written));
-                    }
                 }
                 Err(_) if written > 0 => break,
                 Err(_) if !pumped => {

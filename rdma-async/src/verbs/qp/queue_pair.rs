@@ -283,9 +283,17 @@ unsafe fn post_send(qp: *mut sys::ibv_qp, wr: &mut sys::ibv_send_wr) -> io::Resu
     // SAFETY: the caller's contract.
     let ret = unsafe { sys::rdma_async_post_send(qp, wr, &mut bad) };
     if ret != 0 {
-        return Err(error::call_error("ibv_post_send", ret));
+        return Err(post_send_error(ret));
     }
     Ok(())
+}
+
+/// The error of an `ibv_post_send` that returned `ret`. Out of line: inlined, its mapping of
+/// errno values made a jump table that every successful post went through.
+#[cold]
+#[inline(never)]
+fn post_send_error(ret: i32) -> io::Error {
+    error::call_error("ibv_post_send", ret)
 }
 
 /// Leaks a reference to each object a queue pair that could not be destroyed uses (its id,

@@ -130,7 +130,8 @@ impl<'q> SendChain<'q> {
     fn add(&mut self, req: &WorkRequest<'_>, first: usize, count: usize, inline: bool) {
         // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
         let wr = self.wrs[self.len].write(unsafe { std::mem::zeroed() });
-        fill_send_wr(wr, req, count, inline);
+        fill_send_wr(wr, req.wr_id, count, inline, req.signaled);
+        set_opcode(wr, req.opcode);
         // At most MAX_CHAIN_SEGMENTS (32): fits.
         self.first_sge[self.len] = first as u8;
         self.sges_used += count;
@@ -218,11 +219,46 @@ impl OwnedBufferQueuePair {
     /// Posts one work request to the send queue, alone: its request and gather entries are
     /// built on the stack, and an inline payload is posted from the caller's bytes (the
     /// provider copies them during the call), with none of a chain's room to fill and link.
-    /// This is a stream's usual write call: one chunk and nothing else due. Always inlined:
-    /// its frame cost such a call some 15 instructions.
+    /// Always inlined: its frame cost a stream's write call some 15 instructions.
     #[inline(always)]
     pub(crate) fn post(&self, req: &WorkRequest<'_>) -> io::Result<()> {
-        let (count, inline) = gather_shape(self, req.payload)?;
+        self.post_one_with(req.wr_id, req.payload, req.signaled, |wr| {
+            set_opcode(wr, req.opcode);
+        })
+    }
+
+    /// Posts, alone, an RDMA write with the immediate `imm` of `payload` to `remote_addr`
+    /// under `rkey`: [`Self::post`] for a stream's data write, the usual write call (one chunk,
+    /// nothing else due), with the request filled straight from these parts: built as a
+    /// [`WorkRequest`] first, its fields went through memory once more and its opcode was
+    /// matched again (some 20 instructions a message).
+    #[inline(always)]
+    pub(crate) fn post_write_with_imm(
+        &self,
+        wr_id: u64,
+        (remote_addr, rkey): (u64, u32),
+        imm: u32,
+        payload: Payload<'_>,
+        signaled: bool,
+    ) -> io::Result<()> {
+        self.post_one_with(wr_id, payload, signaled, |wr| {
+            wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+            wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            wr.__bindgen_anon_1.imm_data = imm.to_be();
+        })
+    }
+
+    /// Posts one request alone: `payload`'s gather entries on the stack, `set_op` writing the
+    /// opcode and its operands into the zeroed request.
+    #[inline(always)]
+    fn post_one_with(
+        &self,
+        wr_id: u64,
+        payload: Payload<'_>,
+        signaled: bool,
+        set_op: impl FnOnce(&mut sys::ibv_send_wr),
+    ) -> io::Result<()> {
+        let (count, inline) = gather_shape(self, payload)?;
         let mut entries = [const { MaybeUninit::<sys::ibv_sge>::uninit() }; MAX_SEGMENTS];
         match inline {
             Some(bytes) => {
@@ -232,11 +268,12 @@ impl OwnedBufferQueuePair {
                     lkey: 0,
                 });
             }
-            None => gather_entries(self, req.payload, &mut entries[..count])?,
+            None => gather_entries(self, payload, &mut entries[..count])?,
         }
         // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
         let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-        fill_send_wr(&mut wr, req, count, inline.is_some());
+        fill_send_wr(&mut wr, wr_id, count, inline.is_some(), signaled);
+        set_op(&mut wr);
         if count > 0 {
             wr.sg_list = entries.as_mut_ptr().cast::<sys::ibv_sge>();
         }
@@ -311,17 +348,16 @@ fn gather_entries(
     Ok(())
 }
 
-/// Fills the zeroed send request `wr` for `req`, with `count` gather entries (`sg_list` and
-/// `next` left null), in place.
+/// Fills the zeroed send request `wr`'s id, its count of gather entries (`sg_list` and `next`
+/// left null) and its flags, in place; the opcode is the caller's to set.
 #[inline]
-fn fill_send_wr(wr: &mut sys::ibv_send_wr, req: &WorkRequest<'_>, count: usize, inline: bool) {
-    wr.wr_id = req.wr_id;
+fn fill_send_wr(wr: &mut sys::ibv_send_wr, wr_id: u64, count: usize, inline: bool, signaled: bool) {
+    wr.wr_id = wr_id;
     wr.num_sge = count as i32;
-    set_opcode(wr, req.opcode);
     if inline {
         wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
     }
-    if req.signaled {
+    if signaled {
         wr.send_flags |= sys::ibv_send_flags::IBV_SEND_SIGNALED;
     }
 }

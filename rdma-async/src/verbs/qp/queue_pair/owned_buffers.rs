@@ -5,9 +5,8 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::mem::MaybeUninit;
 use std::ptr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use rdma_async_sys as sys;
 
@@ -36,6 +35,66 @@ pub struct OwnedBuffers {
     /// completion covering every request that named it was polled; otherwise it is freed with
     /// the queue pair, after the queue pair was destroyed.
     attached: Mutex<Attached>,
+    /// The receives without a buffer that [`OwnedBufferQueuePair::post_empty_recvs`] posts,
+    /// linked once.
+    empty_recvs: OnceLock<EmptyRecvs>,
+}
+
+/// Most receives without a buffer posted with one `ibv_post_recv`.
+const EMPTY_RECV_CHAIN: usize = 32;
+
+/// [`EMPTY_RECV_CHAIN`] receive requests without a buffer, each linked to the next, the last to
+/// none, all with one wr_id: any tail of it is a chain to post. Boxed, so the links stay valid
+/// where the owner moves; never written once built.
+struct EmptyRecvs {
+    wrs: Box<[sys::ibv_recv_wr; EMPTY_RECV_CHAIN]>,
+    wr_id: u64,
+}
+
+// SAFETY: the requests' pointers point only into their own boxed array (or are null), which is
+// never written after `new` links it: moving it to, or reading it from, another thread is as
+// safe as doing so with plain integers.
+unsafe impl Send for EmptyRecvs {}
+// SAFETY: as above; shared use only reads.
+unsafe impl Sync for EmptyRecvs {}
+
+impl EmptyRecvs {
+    fn new(wr_id: u64) -> Self {
+        let mut wrs = Box::new(
+            [sys::ibv_recv_wr {
+                wr_id,
+                next: ptr::null_mut(),
+                sg_list: ptr::null_mut(),
+                num_sge: 0,
+            }; EMPTY_RECV_CHAIN],
+        );
+        let base = wrs.as_mut_ptr();
+        for (i, wr) in wrs.iter_mut().enumerate().take(EMPTY_RECV_CHAIN - 1) {
+            wr.next = base.wrapping_add(i + 1);
+        }
+        EmptyRecvs { wrs, wr_id }
+    }
+
+    fn wr_id(&self) -> u64 {
+        self.wr_id
+    }
+
+    /// The chain of its last `n` requests (`1..=EMPTY_RECV_CHAIN`), for `ibv_post_recv`,
+    /// which only reads them.
+    fn tail(&self, n: usize) -> *mut sys::ibv_recv_wr {
+        self.wrs
+            .as_ptr()
+            .wrapping_add(EMPTY_RECV_CHAIN - n)
+            .cast_mut()
+    }
+}
+
+impl std::fmt::Debug for EmptyRecvs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EmptyRecvs")
+            .field("wr_id", &self.wr_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The attached buffers and the next attach id.
@@ -93,6 +152,7 @@ impl OwnedBufferQueuePair {
             windows,
             fixed: buffers,
             attached: Mutex::default(),
+            empty_recvs: OnceLock::new(),
         };
         Self::create(id, pd, send_cq, recv_cq, caps, 1, None, memory)
     }
@@ -315,30 +375,40 @@ impl OwnedBufferQueuePair {
     }
 
     /// Posts `count` receives with no buffer (for RDMA writes with immediate), chained so that
-    /// a batch of them costs one `ibv_post_recv`.
+    /// a batch of them costs one `ibv_post_recv`. They are the tail of a chain linked once
+    /// (with the first `wr_id` asked for; another id gets requests built for the call): a
+    /// stream reposts each message's receive, and filling its request cost some 8
+    /// instructions a message.
     pub(crate) fn post_empty_recvs(&self, wr_id: u64, count: usize) -> io::Result<()> {
-        const CHAIN: usize = 32;
-        // Only the requests posted are written: a ping-pong posts one at a time.
-        let mut wrs = [const { MaybeUninit::<sys::ibv_recv_wr>::uninit() }; CHAIN];
-        let base = wrs.as_mut_ptr().cast::<sys::ibv_recv_wr>();
+        let chain = self
+            .memory
+            .empty_recvs
+            .get_or_init(|| EmptyRecvs::new(wr_id));
+        if chain.wr_id() != wr_id {
+            return self.post_empty_recvs_built(wr_id, count);
+        }
         let mut left = count;
         while left > 0 {
-            let n = left.min(CHAIN);
-            for (i, wr) in wrs[..n].iter_mut().enumerate() {
-                wr.write(sys::ibv_recv_wr {
-                    wr_id,
-                    next: if i + 1 < n {
-                        base.wrapping_add(i + 1)
-                    } else {
-                        ptr::null_mut()
-                    },
-                    sg_list: ptr::null_mut(),
-                    num_sge: 0,
-                });
-            }
-            // SAFETY: the first `n` requests are written and linked, live on this stack frame
-            // across the call, and carry no memory for the device to write.
-            unsafe { self.post_recv_chain(base) }?;
+            let n = left.min(EMPTY_RECV_CHAIN);
+            // SAFETY: the last `n` requests of the chain are initialised and linked, live as
+            // long as the queue pair, are never written again, and carry no memory for the
+            // device to write.
+            unsafe { self.post_recv_chain(chain.tail(n)) }?;
+            left -= n;
+        }
+        Ok(())
+    }
+
+    /// [`Self::post_empty_recvs`] with requests built for the call.
+    #[cold]
+    #[inline(never)]
+    fn post_empty_recvs_built(&self, wr_id: u64, count: usize) -> io::Result<()> {
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(EMPTY_RECV_CHAIN);
+            let chain = EmptyRecvs::new(wr_id);
+            // SAFETY: as in `post_empty_recvs`; this chain lives across the call.
+            unsafe { self.post_recv_chain(chain.tail(n)) }?;
             left -= n;
         }
         Ok(())
@@ -417,5 +487,38 @@ impl OwnedBufferQueuePair {
             return Err(error::call_error("ibv_post_recv", ret));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The wr_ids of the chain from `head`, following its links to the null one.
+    fn walk(head: *mut sys::ibv_recv_wr) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let mut at = head.cast_const();
+        while !at.is_null() {
+            // SAFETY: `EmptyRecvs` links only requests of its own array, alive for this call.
+            let wr = unsafe { &*at };
+            assert!(
+                wr.sg_list.is_null() && wr.num_sge == 0,
+                "a receive with a buffer"
+            );
+            ids.push(wr.wr_id);
+            at = wr.next;
+        }
+        ids
+    }
+
+    #[test]
+    fn every_tail_of_the_empty_receives_is_a_chain_of_that_many() {
+        let chain = EmptyRecvs::new(1 << 63);
+        for n in 1..=EMPTY_RECV_CHAIN {
+            assert_eq!(walk(chain.tail(n)), vec![1 << 63; n], "tail of {n}");
+        }
+        // Moved, the chain keeps its links: they point into its box, not into the value.
+        let moved = chain;
+        assert_eq!(walk(moved.tail(EMPTY_RECV_CHAIN)).len(), EMPTY_RECV_CHAIN);
     }
 }
