@@ -10,12 +10,13 @@
 //! waiting for from the channel or goes back to waiting.
 
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
+use crate::sync::{WakerGuard, WakerLock};
 use crate::verbs::{self, ChannelFd};
 
 /// The one registration of a channel's descriptor.
@@ -31,7 +32,7 @@ pub(crate) struct SharedFd {
 /// queue on a shared completion channel has one too ([`super::routed_channel`]).
 #[derive(Debug, Default)]
 pub(super) struct Fanout {
-    slots: Mutex<Slots>,
+    slots: WakerLock<Slots>,
     /// How many times the reactor woke it.
     wakes: AtomicU64,
 }
@@ -119,9 +120,8 @@ impl SharedFd {
 }
 
 impl Fanout {
-    fn lock(&self) -> MutexGuard<'_, Slots> {
-        // Waker slots: nothing a panic could leave half-updated.
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> WakerGuard<'_, Slots> {
+        self.slots.lock()
     }
 
     fn take_slot(&self) -> usize {
