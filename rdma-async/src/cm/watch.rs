@@ -9,13 +9,13 @@
 //! registration was made, a wait only updates which task to wake.
 
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use super::link::CmLink;
 use crate::reactor::FdWaiter;
-use crate::sync::{AtomicU64, Mutex, MutexGuard};
+use crate::sync::{AtomicU64, WakerGuard, WakerLock};
 
 /// No registration is known to be in place.
 const NOT_REGISTERED: u64 = u64::MAX;
@@ -42,7 +42,7 @@ struct Relayed {
 #[derive(Debug, Default)]
 struct Relay {
     wakes: AtomicU64,
-    task: Mutex<Option<Waker>>,
+    task: WakerLock<Option<Waker>>,
 }
 
 impl Wake for Relay {
@@ -62,9 +62,8 @@ impl Wake for Relay {
 }
 
 impl Relay {
-    fn lock(&self) -> MutexGuard<'_, Option<Waker>> {
-        // A waker slot: nothing a panic could leave half-updated.
-        self.task.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> WakerGuard<'_, Option<Waker>> {
+        self.task.lock()
     }
 
     /// Makes `waker` the one woken next.

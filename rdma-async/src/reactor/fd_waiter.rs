@@ -10,12 +10,13 @@
 //! waiting for from the channel or goes back to waiting.
 
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
+use crate::sync::{WakerGuard, WakerLock};
 use crate::verbs::{self, ChannelFd};
 
 /// The one registration of a channel's descriptor.
@@ -31,7 +32,7 @@ pub(crate) struct SharedFd {
 /// queue on a shared completion channel has one too ([`super::routed_channel`]).
 #[derive(Debug, Default)]
 pub(super) struct Fanout {
-    slots: Mutex<Slots>,
+    slots: WakerLock<Slots>,
     /// How many times the reactor woke it.
     wakes: AtomicU64,
 }
@@ -43,11 +44,50 @@ struct Slots {
     wakers: Vec<Option<Option<Waker>>>,
 }
 
+/// What holds a [`Fanout`]: a descriptor's registration, or a routed queue's signal.
+pub(super) trait HasFanout {
+    /// The fan-out whose slots the waiting tasks take.
+    fn fanout(&self) -> &Fanout;
+}
+
+/// One task's slot in the [`Fanout`] of `O`, freed when dropped.
+#[derive(Debug)]
+pub(super) struct FanoutSlot<O: HasFanout> {
+    pub(super) owner: Arc<O>,
+    pub(super) index: usize,
+}
+
+impl<O: HasFanout> FanoutSlot<O> {
+    /// A slot for one more waiting task on `owner`'s fan-out.
+    pub(super) fn take(owner: &Arc<O>) -> Self {
+        FanoutSlot {
+            index: owner.fanout().take_slot(),
+            owner: owner.clone(),
+        }
+    }
+
+    /// Makes `waker` the task that this slot's next wake-up wakes.
+    pub(super) fn set(&self, waker: &Waker) {
+        self.owner.fanout().set(self.index, waker);
+    }
+}
+
+impl<O: HasFanout> Drop for FanoutSlot<O> {
+    fn drop(&mut self) {
+        self.owner.fanout().free_slot(self.index);
+    }
+}
+
+impl HasFanout for SharedFd {
+    fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
+}
+
 /// One task's place among the waiters of a [`SharedFd`].
 #[derive(Debug)]
 pub(crate) struct FdWaiter {
-    shared: Arc<SharedFd>,
-    slot: usize,
+    slot: FanoutSlot<SharedFd>,
     /// [`Fanout::wakes`] when this waiter last looked at the descriptor's readiness.
     wakes_seen: AtomicU64,
 }
@@ -67,9 +107,8 @@ impl SharedFd {
     /// A slot for one more waiting task.
     pub(crate) fn waiter(self: &Arc<Self>) -> FdWaiter {
         FdWaiter {
-            slot: self.fanout.take_slot(),
             wakes_seen: AtomicU64::new(self.fanout.wakes.load(Ordering::Relaxed)),
-            shared: self.clone(),
+            slot: FanoutSlot::take(self),
         }
     }
 
@@ -81,12 +120,11 @@ impl SharedFd {
 }
 
 impl Fanout {
-    fn lock(&self) -> MutexGuard<'_, Slots> {
-        // Waker slots: nothing a panic could leave half-updated.
-        self.slots.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> WakerGuard<'_, Slots> {
+        self.slots.lock()
     }
 
-    pub(super) fn take_slot(&self) -> usize {
+    fn take_slot(&self) -> usize {
         let mut slots = self.lock();
         match slots.wakers.iter().position(Option::is_none) {
             Some(free) => {
@@ -100,13 +138,13 @@ impl Fanout {
         }
     }
 
-    pub(super) fn free_slot(&self, slot: usize) {
+    fn free_slot(&self, slot: usize) {
         let waker = self.lock().wakers[slot].take();
         drop(waker);
     }
 
     /// Makes `waker` the task that `slot`'s next wake-up wakes.
-    pub(super) fn set(&self, slot: usize, waker: &Waker) {
+    fn set(&self, slot: usize, waker: &Waker) {
         let mut slots = self.lock();
         let entry = slots.wakers[slot].get_or_insert(None);
         if !entry.as_ref().is_some_and(|w| w.will_wake(waker)) {
@@ -116,11 +154,13 @@ impl Fanout {
 }
 
 impl Wake for Fanout {
+    // The reactor wakes by value (Tokio takes the registration's waker out to wake it).
     fn wake(self: Arc<Self>) {
-        self.wake_all();
+        self.wake_by_ref();
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
+        // Counted before the tasks are woken: a woken task's next look sees it.
         self.wakes.fetch_add(1, Ordering::Relaxed);
         self.wake_all();
     }
@@ -171,7 +211,7 @@ impl FdWaiter {
         &self,
         cx: &mut Context<'_>,
     ) -> Poll<io::Result<AsyncFdReadyGuard<'_, ChannelFd>>> {
-        let shared = &*self.shared;
+        let shared = &*self.slot.owner;
         let mut fanout = Context::from_waker(&shared.fanout_waker);
         // Woken since this waiter last looked: the descriptor is most likely still readable
         // (a task woken by it often finds what it waited for before it reads the channel), so
@@ -185,7 +225,7 @@ impl FdWaiter {
         }
         // This slot first, then the reactor's registration: readiness that comes in between
         // wakes the slot's task.
-        shared.fanout.set(self.slot, cx.waker());
+        self.slot.set(cx.waker());
         // The reactor's only error: its driver is gone (Tokio's own message does not say
         // which runtime, or what to do).
         shared
@@ -206,12 +246,6 @@ pub(super) fn runtime_gone(cause: &dyn std::fmt::Display) -> io::Error {
              that outlives them ({cause})"
         ),
     )
-}
-
-impl Drop for FdWaiter {
-    fn drop(&mut self) {
-        self.shared.fanout.free_slot(self.slot);
-    }
 }
 
 #[cfg(test)]
@@ -244,5 +278,21 @@ mod tests {
             "a woken task waits again to be woken again"
         );
         assert_eq!(fanout.take_slot(), slots[1], "a freed slot is used again");
+    }
+
+    #[test]
+    fn a_wake_up_by_value_is_counted_as_one_by_reference_is() {
+        // Tokio's reactor takes the registration's waker out and wakes it by value: a waiter
+        // knows it was woken since its last look only if that wake-up is counted too.
+        let fanout = Arc::new(Fanout::default());
+        let slot = fanout.take_slot();
+        let (count, waker) = counter();
+        fanout.set(slot, &waker);
+        Waker::from(fanout.clone()).wake();
+        assert_eq!(fanout.wakes.load(Ordering::Relaxed), 1, "by value");
+        fanout.set(slot, &waker);
+        Waker::from(fanout.clone()).wake_by_ref();
+        assert_eq!(fanout.wakes.load(Ordering::Relaxed), 2, "by reference");
+        assert_eq!(count.get(), 2, "the slot's task is woken either way");
     }
 }

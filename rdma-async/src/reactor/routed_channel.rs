@@ -30,7 +30,7 @@ use tokio::io::unix::AsyncFd;
 use tokio::runtime::{Handle, Id};
 
 use super::cq_waiter::ChannelRead;
-use super::fd_waiter::{Fanout, runtime_gone};
+use super::fd_waiter::{Fanout, FanoutSlot, HasFanout, runtime_gone};
 use crate::verbs::{
     ChannelFd, CmDevices, CmId, CompletionChannel, CompletionQueue, CqEventSink, register_readable,
 };
@@ -83,8 +83,13 @@ pub(crate) struct CqSignal {
 /// One task's place among the waiters of a routed queue.
 #[derive(Debug)]
 pub(crate) struct RoutedWaiter {
-    signal: Arc<CqSignal>,
-    slot: usize,
+    slot: FanoutSlot<CqSignal>,
+}
+
+impl HasFanout for CqSignal {
+    fn fanout(&self) -> &Fanout {
+        &self.fanout
+    }
 }
 
 impl RoutedChannel {
@@ -224,8 +229,7 @@ impl CqSignal {
     /// A slot for one more waiting task.
     pub(crate) fn waiter(self: &Arc<Self>) -> RoutedWaiter {
         RoutedWaiter {
-            slot: self.fanout.take_slot(),
-            signal: self.clone(),
+            slot: FanoutSlot::take(self),
         }
     }
 }
@@ -246,9 +250,9 @@ impl RoutedWaiter {
     ///
     /// `ConnectionAborted` once the channel's runtime is gone.
     pub(crate) fn poll_event(&self, cx: &mut Context<'_>) -> Poll<io::Result<ChannelRead>> {
-        let signal = &*self.signal;
+        let signal = &*self.slot.owner;
         // This slot first, then the flag: an event routed in between wakes the slot's task.
-        signal.fanout.set(self.slot, cx.waker());
+        self.slot.set(cx.waker());
         if signal.pending.swap(false, Ordering::AcqRel) {
             return Poll::Ready(Ok(ChannelRead::Event));
         }
@@ -258,12 +262,6 @@ impl RoutedWaiter {
             )));
         }
         Poll::Pending
-    }
-}
-
-impl Drop for RoutedWaiter {
-    fn drop(&mut self) {
-        self.signal.fanout.free_slot(self.slot);
     }
 }
 

@@ -18,18 +18,18 @@
 //! the side as it left it, and returns `Pending` at once ([`SideWakers::still_blocked`]):
 //! the arm and the registrations its sleep made are still in place.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, PoisonError};
 use std::task::{Wake, Waker};
 
-use crate::sync::{AtomicBool, Mutex, MutexGuard};
+use crate::sync::{AtomicBool, WakerGuard, WakerLock};
 
 use super::driver::Side;
 
 /// The tasks waiting on one side of a stream.
 #[derive(Debug, Default)]
 pub(super) struct SideWakers {
-    waiting: Mutex<Waiting>,
+    waiting: WakerLock<Waiting>,
     /// False only while nobody is registered, so that a wake-up with nobody to wake (most of
     /// them on the data path) skips the lock. Set under the lock by every registration, which
     /// comes before the registrant looks at the stream again (under the stream's lock, the
@@ -241,9 +241,9 @@ impl SideWakers {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Waiting> {
-        // Every update leaves the lists consistent; a panicking waker cannot poison them.
-        self.waiting.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> WakerGuard<'_, Waiting> {
+        // Every update leaves the lists consistent (a panicking waker is woken outside it).
+        self.waiting.lock()
     }
 
     /// How many readiness futures wait now.

@@ -179,8 +179,15 @@ async fn connects_over_ipv6() {
 /// another worker, must not wait out the reader's window: the reader stops spinning once the
 /// writer wants the lock (it sleeps until its completion instead). With a one-second window,
 /// every write that finds the reader spinning ends a window early, and the count shows it.
+///
+/// Whether a write finds the reader spinning is a race the writer may lose many times: its
+/// writes may all come while the reader sleeps (before its first window, or after a window
+/// that ended empty, which makes the next waits skip spinning). So the server reads all along,
+/// returning credits: the writer never runs out of them and waits for nothing, and every send
+/// completion that wakes the reader gives it another window for a write to end.
 #[rdma_async::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spinning_reader_lets_the_writing_half_go_on() {
+    const LAST: u8 = 8;
     let options = RStreamOptions::new().busy_poll(std::time::Duration::from_secs(1));
     let (mut server, client) = stream_pair(options).await;
     let (mut rd, mut wr) = client.into_split();
@@ -189,21 +196,35 @@ async fn a_spinning_reader_lets_the_writing_half_go_on() {
         let mut byte = [0u8; 1];
         rd.read_exact(&mut byte).await.map(|_| byte[0])
     });
+    // Every byte but the last is a 7; the server counts them until the last.
+    let counting = tokio::spawn(async move {
+        let mut sevens = 0usize;
+        let mut byte = [0u8; 1];
+        loop {
+            server.read_exact(&mut byte).await?;
+            match byte[0] {
+                7 => sevens += 1,
+                LAST => return io::Result::Ok((sevens, server)),
+                other => return Err(io::Error::other(format!("byte {other} arrived"))),
+            }
+        }
+    });
     let written = guard("writes until one finds the reader spinning", async {
         let mut written = 0usize;
         while wr.stats().busy_polls_yielded == 0 {
             wr.write_all(&[7]).await?;
             written += 1;
         }
+        wr.write_all(&[LAST]).await?;
         io::Result::Ok(written)
     })
     .await
     .unwrap();
-    let mut got = vec![0u8; written];
-    guard("the server reads the writes", server.read_exact(&mut got))
+    let (sevens, mut server) = guard("the server reads the writes", counting)
         .await
+        .expect("server task")
         .unwrap();
-    assert!(got.iter().all(|&b| b == 7), "the bytes arrived intact");
+    assert_eq!(sevens, written, "every write arrived intact");
     server.write_all(&[9]).await.unwrap();
     let byte = guard("the reader gets the server's byte", reading)
         .await
