@@ -5,7 +5,7 @@
 //! one, udaddy's port is built in, and the two-node tests start their peers on the other node
 //! before they connect. Tests in one binary run side by side, so two that listen on one port
 //! fail each other (only when they happen to overlap): every such port is named here once, and
-//! [`tests::no_two_fixed_ports_overlap`] fails when a new one collides with an old one.
+//! its test, `no_two_fixed_ports_overlap`, fails when a new one collides with an old one.
 
 /// Declares each port as a constant and lists them all in [`FIXED`], with how many consecutive
 /// ports from it its test uses.
