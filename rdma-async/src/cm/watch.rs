@@ -15,7 +15,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use super::link::CmLink;
 use crate::reactor::FdWaiter;
-use crate::sync::{AtomicU64, WakerGuard, WakerLock};
+use crate::sync::{AtomicU64, Lock, LockGuard};
 
 /// No registration is known to be in place.
 const NOT_REGISTERED: u64 = u64::MAX;
@@ -42,7 +42,7 @@ struct Relayed {
 #[derive(Debug, Default)]
 struct Relay {
     wakes: AtomicU64,
-    task: WakerLock<Option<Waker>>,
+    task: Lock<Option<Waker>>,
 }
 
 impl Wake for Relay {
@@ -62,7 +62,7 @@ impl Wake for Relay {
 }
 
 impl Relay {
-    fn lock(&self) -> WakerGuard<'_, Option<Waker>> {
+    fn lock(&self) -> LockGuard<'_, Option<Waker>> {
         self.task.lock()
     }
 

@@ -16,7 +16,7 @@ use std::task::{Context, Poll, Wake, Waker};
 
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
-use crate::sync::{WakerGuard, WakerLock};
+use crate::sync::{Lock, LockGuard};
 use crate::verbs::{self, ChannelFd};
 
 /// The one registration of a channel's descriptor.
@@ -32,7 +32,7 @@ pub(crate) struct SharedFd {
 /// queue on a shared completion channel has one too ([`super::routed_channel`]).
 #[derive(Debug, Default)]
 pub(super) struct Fanout {
-    slots: WakerLock<Slots>,
+    slots: Lock<Slots>,
     /// How many times the reactor woke it.
     wakes: AtomicU64,
 }
@@ -120,7 +120,7 @@ impl SharedFd {
 }
 
 impl Fanout {
-    fn lock(&self) -> WakerGuard<'_, Slots> {
+    fn lock(&self) -> LockGuard<'_, Slots> {
         self.slots.lock()
     }
 

@@ -22,14 +22,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::task::{Wake, Waker};
 
-use crate::sync::{AtomicBool, WakerGuard, WakerLock};
+use crate::sync::{AtomicBool, Lock, LockGuard};
 
 use super::driver::Side;
 
 /// The tasks waiting on one side of a stream.
 #[derive(Debug, Default)]
 pub(super) struct SideWakers {
-    waiting: WakerLock<Waiting>,
+    waiting: Lock<Waiting>,
     /// False only while nobody is registered, so that a wake-up with nobody to wake (most of
     /// them on the data path) skips the lock. Set under the lock by every registration, which
     /// comes before the registrant looks at the stream again (under the stream's lock, the
@@ -241,7 +241,7 @@ impl SideWakers {
         }
     }
 
-    fn lock(&self) -> WakerGuard<'_, Waiting> {
+    fn lock(&self) -> LockGuard<'_, Waiting> {
         // Every update leaves the lists consistent (a panicking waker is woken outside it).
         self.waiting.lock()
     }

@@ -6,33 +6,21 @@
 //! stops spinning and lets go. The count is only a hint (a holder that misses it spins out its
 //! window, which is bounded), so it needs no ordering beyond its own.
 //!
-//! Every write and read call takes it, so it is `parking_lot`'s mutex, not std's: no poisoning
-//! (std's checks whether the thread is panicking when it locks and again when it unlocks, which
-//! cost a streamed 64 B message as much as the lock's atomics), and an uncontended lock and
-//! unlock of one atomic instruction each, inlined. A panic under the lock leaves the state as
-//! std's poisoned lock was taken here anyway: its holders keep it consistent before anything
-//! that could panic. Under loom the lock is loom's, so that the model checks cover it.
+//! Every write and read call takes it, so it is the crate's mutex without poisoning
+//! ([`Lock`]: `parking_lot`'s, loom's under the model checks): std's checks for a panicking
+//! thread cost a streamed 64 B message as much as the lock's atomics.
 
 use std::sync::atomic::Ordering;
 
-use crate::sync::AtomicU32;
-
-#[cfg(all(test, rdma_async_loom))]
-use loom::sync::Mutex;
-#[cfg(not(all(test, rdma_async_loom)))]
-use parking_lot::Mutex;
+use crate::sync::{AtomicU32, Lock, LockGuard};
 
 /// The guard of a [`CountedLock`]: its value, held until dropped.
-#[cfg(not(all(test, rdma_async_loom)))]
-pub(in crate::stream) type CountedGuard<'a, T> = parking_lot::MutexGuard<'a, T>;
-/// The guard of a [`CountedLock`]: its value, held until dropped.
-#[cfg(all(test, rdma_async_loom))]
-pub(in crate::stream) type CountedGuard<'a, T> = loom::sync::MutexGuard<'a, T>;
+pub(in crate::stream) type CountedGuard<'a, T> = LockGuard<'a, T>;
 
 /// A mutex whose blocked lockers are counted while they wait.
 #[derive(Debug)]
 pub(in crate::stream) struct CountedLock<T> {
-    inner: Mutex<T>,
+    inner: Lock<T>,
     /// Threads inside [`Self::lock`] that found the mutex held and block for it.
     waiters: AtomicU32,
 }
@@ -40,7 +28,7 @@ pub(in crate::stream) struct CountedLock<T> {
 impl<T> CountedLock<T> {
     pub(in crate::stream) fn new(value: T) -> Self {
         CountedLock {
-            inner: Mutex::new(value),
+            inner: Lock::new(value),
             waiters: AtomicU32::new(0),
         }
     }
@@ -48,7 +36,7 @@ impl<T> CountedLock<T> {
     /// The value, waiting for it if another thread holds it (counted meanwhile).
     #[inline]
     pub(in crate::stream) fn lock(&self) -> CountedGuard<'_, T> {
-        match try_lock(&self.inner) {
+        match self.inner.try_lock() {
             Some(guard) => guard,
             None => self.lock_contended(),
         }
@@ -60,7 +48,7 @@ impl<T> CountedLock<T> {
     fn lock_contended(&self) -> CountedGuard<'_, T> {
         // Raised before blocking, so that a holder spinning under the lock sees it.
         self.waiters.fetch_add(1, Ordering::Relaxed);
-        let guard = lock(&self.inner);
+        let guard = self.inner.lock();
         self.waiters.fetch_sub(1, Ordering::Relaxed);
         guard
     }
@@ -69,37 +57,6 @@ impl<T> CountedLock<T> {
     pub(in crate::stream) fn waiters(&self) -> &AtomicU32 {
         &self.waiters
     }
-}
-
-/// The value if no other thread holds it.
-#[cfg(not(all(test, rdma_async_loom)))]
-#[inline]
-fn try_lock<T>(mutex: &Mutex<T>) -> Option<CountedGuard<'_, T>> {
-    mutex.try_lock()
-}
-
-/// The value, waiting for it.
-#[cfg(not(all(test, rdma_async_loom)))]
-fn lock<T>(mutex: &Mutex<T>) -> CountedGuard<'_, T> {
-    mutex.lock()
-}
-
-/// The value if no other thread holds it (a poisoned lock taken as it is, as above).
-#[cfg(all(test, rdma_async_loom))]
-fn try_lock<T>(mutex: &Mutex<T>) -> Option<CountedGuard<'_, T>> {
-    match mutex.try_lock() {
-        Ok(guard) => Some(guard),
-        Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-        Err(std::sync::TryLockError::WouldBlock) => None,
-    }
-}
-
-/// The value, waiting for it (a poisoned lock taken as it is, as above).
-#[cfg(all(test, rdma_async_loom))]
-fn lock<T>(mutex: &Mutex<T>) -> CountedGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 #[cfg(all(test, rdma_async_loom))]

@@ -13,7 +13,7 @@ use std::ptr;
 use rdma_async_sys as sys;
 
 use super::queue_pair::OwnedBufferQueuePair;
-use super::work_request::{MAX_SEGMENTS, Payload, WorkRequest, set_opcode};
+use super::work_request::{MAX_SEGMENTS, Payload, WorkRequest, set_opcode, set_write_with_imm};
 use crate::error;
 
 /// Most work requests one chain posts at once: a stream's 1 MiB write call is 16 chunks of
@@ -242,9 +242,7 @@ impl OwnedBufferQueuePair {
         signaled: bool,
     ) -> io::Result<()> {
         self.post_one_with(wr_id, payload, signaled, |wr| {
-            wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
-            wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-            wr.__bindgen_anon_1.imm_data = imm.to_be();
+            set_write_with_imm(wr, remote_addr, rkey, imm);
         })
     }
 

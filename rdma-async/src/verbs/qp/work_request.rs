@@ -118,15 +118,19 @@ pub(super) fn set_opcode(wr: &mut sys::ibv_send_wr, opcode: Opcode) {
         Opcode::Write {
             remote_addr,
             rkey,
-            imm,
+            imm: Some(imm),
         } => {
-            wr.opcode = if imm.is_some() {
-                sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
-            } else {
-                sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
-            };
+            set_write_with_imm(wr, remote_addr, rkey, imm);
+            return;
+        }
+        Opcode::Write {
+            remote_addr,
+            rkey,
+            imm: None,
+        } => {
+            wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE;
             wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
-            imm
+            None
         }
         Opcode::Read { remote_addr, rkey } => {
             wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_READ;
@@ -156,6 +160,16 @@ pub(super) fn set_opcode(wr: &mut sys::ibv_send_wr, opcode: Opcode) {
     if let Some(imm) = imm {
         wr.__bindgen_anon_1.imm_data = imm.to_be();
     }
+}
+
+/// Sets an RDMA write of its gather entries to `remote_addr` under `rkey`, with the immediate
+/// `imm` (in network order on the wire). Always inlined: a stream's data write sets it
+/// straight, without an [`Opcode`] to match.
+#[inline(always)]
+pub(super) fn set_write_with_imm(wr: &mut sys::ibv_send_wr, remote_addr: u64, rkey: u32, imm: u32) {
+    wr.opcode = sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM;
+    wr.wr.rdma = sys::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+    wr.__bindgen_anon_1.imm_data = imm.to_be();
 }
 
 fn set_atomic(
