@@ -5,7 +5,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::ptr;
+use std::ptr::{self, NonNull};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use rdma_async_sys as sys;
@@ -44,14 +44,16 @@ pub struct OwnedBuffers {
 const EMPTY_RECV_CHAIN: usize = 32;
 
 /// [`EMPTY_RECV_CHAIN`] receive requests without a buffer, each linked to the next, the last to
-/// none, all with one wr_id: any tail of it is a chain to post. Boxed, so the links stay valid
-/// where the owner moves; never written once built.
+/// none, all with one wr_id: any tail of it is a chain to post. A heap array held by a raw
+/// pointer, not a `Box`: the links are pointers into it, which must stay valid where the owner
+/// moves (moving a `Box` asserts unique access to what it points at, and so would disown them);
+/// never written once built.
 struct EmptyRecvs {
-    wrs: Box<[sys::ibv_recv_wr; EMPTY_RECV_CHAIN]>,
+    wrs: NonNull<sys::ibv_recv_wr>,
     wr_id: u64,
 }
 
-// SAFETY: the requests' pointers point only into their own boxed array (or are null), which is
+// SAFETY: the requests' pointers point only into their own heap array (or are null), which is
 // never written after `new` links it: moving it to, or reading it from, another thread is as
 // safe as doing so with plain integers.
 unsafe impl Send for EmptyRecvs {}
@@ -60,17 +62,19 @@ unsafe impl Sync for EmptyRecvs {}
 
 impl EmptyRecvs {
     fn new(wr_id: u64) -> Self {
-        let mut wrs = Box::new(
-            [sys::ibv_recv_wr {
-                wr_id,
-                next: ptr::null_mut(),
-                sg_list: ptr::null_mut(),
-                num_sge: 0,
-            }; EMPTY_RECV_CHAIN],
-        );
-        let base = wrs.as_mut_ptr();
-        for (i, wr) in wrs.iter_mut().enumerate().take(EMPTY_RECV_CHAIN - 1) {
-            wr.next = base.wrapping_add(i + 1);
+        let unlinked = sys::ibv_recv_wr {
+            wr_id,
+            next: ptr::null_mut(),
+            sg_list: ptr::null_mut(),
+            num_sge: 0,
+        };
+        let array: Box<[sys::ibv_recv_wr]> = vec![unlinked; EMPTY_RECV_CHAIN].into_boxed_slice();
+        let wrs = NonNull::from(Box::leak(array)).cast::<sys::ibv_recv_wr>();
+        let base = wrs.as_ptr();
+        for i in 0..EMPTY_RECV_CHAIN - 1 {
+            // SAFETY: `i` and `i + 1` are within the array of EMPTY_RECV_CHAIN requests just
+            // allocated, which nothing else references yet; every link is derived from `base`.
+            unsafe { (*base.add(i)).next = base.add(i + 1) };
         }
         EmptyRecvs { wrs, wr_id }
     }
@@ -82,10 +86,16 @@ impl EmptyRecvs {
     /// The chain of its last `n` requests (`1..=EMPTY_RECV_CHAIN`), for `ibv_post_recv`,
     /// which only reads them.
     fn tail(&self, n: usize) -> *mut sys::ibv_recv_wr {
-        self.wrs
-            .as_ptr()
-            .wrapping_add(EMPTY_RECV_CHAIN - n)
-            .cast_mut()
+        self.wrs.as_ptr().wrapping_add(EMPTY_RECV_CHAIN - n)
+    }
+}
+
+impl Drop for EmptyRecvs {
+    fn drop(&mut self) {
+        let array = ptr::slice_from_raw_parts_mut(self.wrs.as_ptr(), EMPTY_RECV_CHAIN);
+        // SAFETY: `array` is the boxed slice `new` leaked, of that length, freed only here; no
+        // post is in flight (posting borrows `self`, and `ibv_post_recv` copies the requests).
+        drop(unsafe { Box::from_raw(array) });
     }
 }
 
