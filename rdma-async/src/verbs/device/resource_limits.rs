@@ -427,6 +427,10 @@ mod tests {
     }
 
     #[test]
+    #[cfg_attr(
+        miri,
+        ignore = "reads the process's limits with getrlimit, a foreign call Miri cannot run"
+    )]
     fn queue_pair_and_completion_queue_errors_name_the_resource_and_the_device_limit() {
         let err = queue_pair_error(384, 384, libc::ENOMEM, LIMITED, Some(&rxe()));
         assert_eq!(err.kind(), io::ErrorKind::OutOfMemory);
