@@ -74,7 +74,7 @@ impl EmptyRecvs {
         for i in 0..EMPTY_RECV_CHAIN - 1 {
             // SAFETY: `i` and `i + 1` are within the array of EMPTY_RECV_CHAIN requests just
             // allocated, which nothing else references yet; every link is derived from `base`.
-            unsafe { (*base.add(i)).next = base.add(i + 1) };
+            unsafe { (*base.wrapping_add(i)).next = base.wrapping_add(i + 1) };
         }
         EmptyRecvs { wrs, wr_id }
     }
