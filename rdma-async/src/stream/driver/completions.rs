@@ -21,12 +21,26 @@ impl<D: StreamDevice> StreamCore<D> {
     pub(super) fn pump(
         &self,
         state: &mut CoreState,
+        cx: Option<&mut Context<'_>>,
+        reading: Reading,
+    ) -> Poll<io::Result<()>> {
+        self.pump_from(state, cx, reading, false)
+    }
+
+    /// [`Self::pump`]; with `unit_held`, the caller holds a unit of the task's budget for this
+    /// call (a read or write that found nothing to do without completions): the first batch is
+    /// paid with that unit, which the caller spends or gives back, and takes none of its own.
+    pub(super) fn pump_from(
+        &self,
+        state: &mut CoreState,
         mut cx: Option<&mut Context<'_>>,
         reading: Reading,
+        mut unit_held: bool,
     ) -> Poll<io::Result<()>> {
         let mut batch = CompletionBatch::<BATCH>::new();
         for _ in 0..PUMP_BATCHES {
             let coop = match cx.as_deref_mut() {
+                Some(_) if std::mem::take(&mut unit_held) => None,
                 Some(cx) => Some(ready!(coop::poll_proceed(cx))),
                 None => None,
             };
@@ -136,7 +150,10 @@ impl<D: StreamDevice> StreamCore<D> {
         if let Err(e) = self.device.post_empty_recvs(WR_ID_RECV_FLAG, reposts) {
             self.fatal(state, e);
         }
-        self.reclaim_attached(state);
+        // Most streams never attach a buffer: the empty case costs no call.
+        if !state.attached.is_empty() {
+            self.reclaim_attached(state);
+        }
         let posted = self.post_controls(state);
         self.wakers[Side::Read as usize].wake_all_but(reader);
         self.wakers[Side::Write as usize].wake_all();

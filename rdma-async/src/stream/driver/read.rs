@@ -222,7 +222,8 @@ impl<D: StreamDevice> StreamCore<D> {
                 {
                     *unit = Some(ready!(coop::poll_proceed(cx)));
                 }
-                ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::PollFn))?;
+                // The read's unit pays for the first batch.
+                ready!(self.pump_from(&mut state, cx.as_deref_mut(), Reading::PollFn, true))?;
             }
             // The usual case, bytes to read, without building the status (its error variant
             // makes it a value to match and drop).

@@ -429,6 +429,53 @@ async fn reads_of_delivered_bytes_spend_no_budget_and_reads_at_the_end_do() {
     .expect("the reads hung");
 }
 
+/// Polls `rounds` rounds of a one-byte write by `writer` and a one-byte read of it by `reader`,
+/// within one poll of the task (one budget): how many rounds completed before a `Pending`.
+async fn ping_rounds_in_one_poll(writer: &Core, reader: &Core, rounds: usize) -> usize {
+    poll_fn(|cx| {
+        for done in 0..rounds {
+            match writer.poll_write(cx, &[IoSlice::new(&[7])]) {
+                Poll::Ready(result) => assert_eq!(result.expect("a write"), 1),
+                Poll::Pending => return Poll::Ready(done),
+            }
+            let mut byte = [0u8; 1];
+            let mut read = ReadBuf::new(&mut byte);
+            match reader.poll_read(cx, &mut read, false) {
+                Poll::Ready(result) => {
+                    result.expect("a read");
+                    assert_eq!(read.filled(), [7], "round {done} read the wrong byte");
+                }
+                Poll::Pending => return Poll::Ready(done),
+            }
+        }
+        Poll::Ready(rounds)
+    })
+    .await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_read_that_reaps_its_message_spends_one_unit_of_budget() {
+    let (a, b, _wire) = connected(Config::new());
+    timeout(GUARD, async {
+        // Each read finds nothing delivered and reaps the one message written before it: one
+        // unit of Tokio's 128 a read (the batch it reaps is paid with the read's unit), so
+        // 100 rounds fit in one poll of the task (two units a read would stop at 64).
+        let rounds = ping_rounds_in_one_poll(&b, &a, 100).await;
+        assert_eq!(
+            rounds, 100,
+            "a read that reaps a message spent more than one unit"
+        );
+        // And the budget is still spent: a ping-pong loop yields to the runtime.
+        let rounds = ping_rounds_in_one_poll(&b, &a, 1000).await;
+        assert!(
+            rounds < 1000,
+            "1000 reads that each reaped a message in one poll of the task never yielded"
+        );
+    })
+    .await
+    .expect("the ping rounds hung");
+}
+
 #[test]
 fn a_drain_under_a_peer_sending_without_pause_ends() {
     let (a, _b, wire) = connected(Config::new());

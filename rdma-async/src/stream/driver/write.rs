@@ -89,7 +89,8 @@ impl<D: StreamDevice> StreamCore<D> {
                     if let Some(cx) = cx.as_deref_mut() {
                         *unit = Some(ready!(coop::poll_proceed(cx)));
                     }
-                    ready!(self.pump(&mut state, cx.as_deref_mut(), Reading::No))?;
+                    // The write's unit pays for the first batch.
+                    ready!(self.pump_from(&mut state, cx.as_deref_mut(), Reading::No, true))?;
                 }
                 Err(WriteError::Blocked(reason)) => match cx.as_deref_mut() {
                     Some(cx) => {
