@@ -234,6 +234,9 @@ impl<'a> Claim<'a> {
     }
 
     /// Waits for the completion, from `wait` on; `Ready` once it was taken from the table.
+    /// Inlined into the operation's poll: returned through a call, the completion and the
+    /// buffers were copied out once more on every operation.
+    #[inline]
     fn poll_wait(&mut self, wait: &mut Wait, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held)> {
         loop {
             match *wait {
@@ -300,6 +303,7 @@ impl<'a> Claim<'a> {
         Wait::Polling { missed }
     }
 
+    #[inline]
     fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held, WorkQueue)> {
         let polled = self.table.poll(&self.ticket, cx);
         if polled.is_pending() {

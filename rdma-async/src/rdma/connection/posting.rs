@@ -132,6 +132,7 @@ impl RdmaConnection {
     }
 
     /// Whether `buf` may take part in `op` on this connection.
+    #[inline]
     fn admit<B: RegisteredBytes>(&self, op: OpKind, buf: &B) -> io::Result<()> {
         self.own(buf).and_then(|()| op.check_destination(buf))
     }
