@@ -334,10 +334,20 @@ impl<'a> Claim<'a> {
 }
 
 impl Drop for Claim<'_> {
+    /// Inlined: a claim whose operation returned (every one that was not dropped) has nothing
+    /// to do, and the call to find that out was its own.
+    #[inline]
     fn drop(&mut self) {
-        if self.done {
-            return;
+        if !self.done {
+            self.abandon();
         }
+    }
+}
+
+impl Claim<'_> {
+    /// The operation was dropped before it took its completion.
+    #[cold]
+    fn abandon(&mut self) {
         // Its chain waits for this doorbell (its own request too, which stays outstanding).
         self.ring();
         match self.table.abandon(&self.ticket) {
