@@ -334,7 +334,7 @@ impl ConnShared {
             for wc in wcs {
                 if !self.table.owns(wc.wr_id()) {
                     shared_queue = true;
-                } else if let Some(slot) = completing.complete(&wc.to_work_completion()) {
+                } else if let Some(slot) = completing.complete_polled(wc) {
                     freed.push(slot);
                 }
             }

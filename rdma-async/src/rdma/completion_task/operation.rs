@@ -234,6 +234,9 @@ impl<'a> Claim<'a> {
     }
 
     /// Waits for the completion, from `wait` on; `Ready` once it was taken from the table.
+    /// Inlined into the operation's poll: returned through a call, the completion and the
+    /// buffers were copied out once more on every operation.
+    #[inline]
     fn poll_wait(&mut self, wait: &mut Wait, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held)> {
         loop {
             match *wait {
@@ -300,6 +303,7 @@ impl<'a> Claim<'a> {
         Wait::Polling { missed }
     }
 
+    #[inline]
     fn poll_completion(&mut self, cx: &mut Context<'_>) -> Poll<(WorkCompletion, Held, WorkQueue)> {
         let polled = self.table.poll(&self.ticket, cx);
         if polled.is_pending() {
@@ -330,10 +334,20 @@ impl<'a> Claim<'a> {
 }
 
 impl Drop for Claim<'_> {
+    /// Inlined: a claim whose operation returned (every one that was not dropped) has nothing
+    /// to do, and the call to find that out was its own.
+    #[inline]
     fn drop(&mut self) {
-        if self.done {
-            return;
+        if !self.done {
+            self.abandon();
         }
+    }
+}
+
+impl Claim<'_> {
+    /// The operation was dropped before it took its completion.
+    #[cold]
+    fn abandon(&mut self) {
         // Its chain waits for this doorbell (its own request too, which stays outstanding).
         self.ring();
         match self.table.abandon(&self.ticket) {

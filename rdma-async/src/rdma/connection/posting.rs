@@ -37,6 +37,7 @@ pub(super) enum OpKind {
 impl OpKind {
     /// Refuses memory the device may not write (a read-only file mapping) as the destination of
     /// a receive, an RDMA read or an atomic's result.
+    #[inline]
     fn check_destination<B: RegisteredBytes>(self, buf: &B) -> io::Result<()> {
         let writes_local = matches!(self, OpKind::Recv | OpKind::Read(_) | OpKind::Atomic(..));
         if writes_local && !buf.user().0.registered().locally_writable() {
@@ -132,6 +133,7 @@ impl RdmaConnection {
     }
 
     /// Whether `buf` may take part in `op` on this connection.
+    #[inline]
     fn admit<B: RegisteredBytes>(&self, op: OpKind, buf: &B) -> io::Result<()> {
         self.own(buf).and_then(|()| op.check_destination(buf))
     }

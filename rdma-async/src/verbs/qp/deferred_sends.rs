@@ -10,16 +10,17 @@
 use std::io;
 use std::ptr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use rdma_async_sys as sys;
+
+use crate::sync::{Lock, LockGuard};
 
 /// Send work requests in the order they were added, not yet posted.
 #[derive(Default)]
 pub(crate) struct DeferredSends {
     /// Whether `chain` holds a request: a look without the lock.
     waiting: AtomicBool,
-    chain: Mutex<Chain>,
+    chain: Lock<Chain>,
 }
 
 /// The requests and their gather lists. A request's `sg_list` and `next` are null while it is
@@ -46,9 +47,8 @@ impl std::fmt::Debug for DeferredSends {
 }
 
 impl DeferredSends {
-    fn chain(&self) -> MutexGuard<'_, Chain> {
-        // The chain is consistent after any panic: it is only pushed to and cleared.
-        self.chain.lock().unwrap_or_else(PoisonError::into_inner)
+    fn chain(&self) -> LockGuard<'_, Chain> {
+        self.chain.lock()
     }
 
     /// Whether some request waits to be posted.
@@ -56,18 +56,34 @@ impl DeferredSends {
         self.waiting.load(Ordering::Acquire)
     }
 
-    /// Adds `wr` (its `sg_list` and `next` are ignored) with the gather list `sges`, which is
-    /// copied. Returns whether it is the first since the last post: its operation then posts
-    /// them ([`Self::post_all`]), or sees that they are posted.
-    pub(crate) fn push(&self, mut wr: sys::ibv_send_wr, sges: &[sys::ibv_sge]) -> bool {
-        wr.sg_list = ptr::null_mut();
-        wr.next = ptr::null_mut();
+    /// As [`Self::push_with`], for a request built beforehand (the tests').
+    #[cfg(test)]
+    pub(crate) fn push(&self, wr: sys::ibv_send_wr, sges: &[sys::ibv_sge]) -> bool {
+        self.push_with(sges, |stored| *stored = wr)
+    }
+
+    /// Adds a request, filled by `fill` (given a zeroed one; its `sg_list` and `next` are
+    /// ignored), with the gather list `sges`, which is copied. Returns whether it is the first
+    /// since the last post: its operation then posts them ([`Self::post_all`]), or sees that
+    /// they are posted. The request is built where it is stored: built first and then moved in,
+    /// its 128 bytes were copied once more on every deferred post.
+    pub(crate) fn push_with(
+        &self,
+        sges: &[sys::ibv_sge],
+        fill: impl FnOnce(&mut sys::ibv_send_wr),
+    ) -> bool {
         let mut chain = self.chain();
         let first = chain.wrs.is_empty();
         let at = chain.sges.len();
         chain.first_sge.push(at);
         chain.sges.extend_from_slice(sges);
-        chain.wrs.push(wr);
+        // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+        chain.wrs.push(unsafe { std::mem::zeroed() });
+        if let Some(wr) = chain.wrs.last_mut() {
+            fill(wr);
+            wr.sg_list = ptr::null_mut();
+            wr.next = ptr::null_mut();
+        }
         self.waiting.store(true, Ordering::Release);
         first
     }

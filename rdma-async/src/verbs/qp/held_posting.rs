@@ -34,30 +34,35 @@ fn held_sges(
         )));
     }
     for (sge, seg) in sges.iter_mut().zip(segments) {
-        let buf = held
-            .get(seg.buffer)
-            .ok_or_else(|| error::invalid_input(format!("no buffer {}", seg.buffer)))?
-            .registered();
-        if seg
-            .offset
-            .checked_add(seg.len)
-            .is_none_or(|end| end > buf.len())
-        {
-            return Err(error::invalid_input(format!(
-                "range {}..{} is outside the {}-byte region",
-                seg.offset,
-                seg.offset.saturating_add(seg.len),
-                buf.len()
-            )));
-        }
-        *sge = sys::ibv_sge {
-            addr: buf.addr(seg.offset),
-            length: u32::try_from(seg.len)
-                .map_err(|_| error::invalid_input("a segment is longer than 4 GiB"))?,
-            lkey: buf.lkey(),
-        };
+        *sge = held_sge(held, seg)?;
     }
     Ok(segments.len())
+}
+
+/// The scatter/gather entry of `seg`, checked against the buffer of `held` it indexes.
+fn held_sge(held: &Held, seg: &Segment) -> io::Result<sys::ibv_sge> {
+    let buf = held
+        .get(seg.buffer)
+        .ok_or_else(|| error::invalid_input(format!("no buffer {}", seg.buffer)))?
+        .registered();
+    if seg
+        .offset
+        .checked_add(seg.len)
+        .is_none_or(|end| end > buf.len())
+    {
+        return Err(error::invalid_input(format!(
+            "range {}..{} is outside the {}-byte region",
+            seg.offset,
+            seg.offset.saturating_add(seg.len),
+            buf.len()
+        )));
+    }
+    Ok(sys::ibv_sge {
+        addr: buf.addr(seg.offset),
+        length: u32::try_from(seg.len)
+            .map_err(|_| error::invalid_input("a segment is longer than 4 GiB"))?,
+        lkey: buf.lkey(),
+    })
 }
 
 /// Posts a receive of caller memory through `post` (a queue pair's or a shared receive queue's
@@ -101,16 +106,28 @@ pub(super) fn hold_and_post(
     waker: Option<&Waker>,
     post: impl FnOnce(u64, &mut [sys::ibv_sge]) -> io::Result<()>,
 ) -> Result<Ticket, (io::Error, Held)> {
-    let mut sges = [NO_SGE; MAX_SEGMENTS];
-    let num_sge = match held_sges(&held, segments, max_sge, &mut sges) {
-        Ok(n) => n,
+    // One segment (every single-buffer operation) needs neither the full array nor the loop.
+    let mut one = [NO_SGE];
+    let mut many = None;
+    let checked = match segments {
+        [seg] if max_sge >= 1 => held_sge(&held, seg).map(|sge| {
+            one[0] = sge;
+            &mut one[..]
+        }),
+        _ => {
+            let sges = many.insert([NO_SGE; MAX_SEGMENTS]);
+            held_sges(&held, segments, max_sge, sges).map(move |n| &mut sges[..n])
+        }
+    };
+    let sges = match checked {
+        Ok(sges) => sges,
         Err(e) => return Err((e, held)),
     };
     let (ticket, wr_id) = match waker {
         Some(waker) => table.insert_waiting(held, queue, waker)?,
         None => table.insert(held, queue)?,
     };
-    if let Err(e) = post(wr_id, &mut sges[..num_sge]) {
+    if let Err(e) = post(wr_id, sges) {
         return Err((e, table.take_back(ticket)));
     }
     Ok(ticket)

@@ -143,28 +143,33 @@ impl CallerMemoryQueuePair {
             max_sge,
             waker,
             |wr_id, sges| {
-                // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
-                let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
-                wr.wr_id = wr_id;
-                wr.sg_list = sges.as_mut_ptr();
-                wr.num_sge = sges.len() as i32;
-                wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
                 let bytes: u64 = sges.iter().map(|sge| u64::from(sge.length)).sum();
                 let carries_data = matches!(opcode, Opcode::Send { .. } | Opcode::Write { .. });
                 let inline =
                     carries_data && bytes > 0 && bytes <= u64::from(self.memory.inline_limit);
-                if inline {
-                    wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
-                }
-                set_opcode(&mut wr, opcode);
+                let num_sge = sges.len() as i32;
+                // Everything but the gather list, which `post_all` or the post below links.
+                let fill = |wr: &mut sys::ibv_send_wr| {
+                    wr.wr_id = wr_id;
+                    wr.num_sge = num_sge;
+                    wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+                    if inline {
+                        wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+                    }
+                    set_opcode(wr, opcode);
+                };
                 let posted = if defer || self.memory.deferred.is_waiting() {
                     // Its entries are copied; the table holds the buffers they name until the
                     // completion, also for an inline request (the provider copies its bytes
                     // when it is posted).
-                    let first = self.memory.deferred.push(wr, sges);
+                    let first = self.memory.deferred.push_with(sges, fill);
                     doorbell = Doorbell::Deferred { first };
                     Ok(())
                 } else {
+                    // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+                    let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+                    fill(&mut wr);
+                    wr.sg_list = sges.as_mut_ptr();
                     // SAFETY: every entry covers a checked range of a buffer that the table
                     // holds until this request's completion is polled, and the table outlives
                     // the QP (it is in `memory`, dropped after the QP is destroyed).
