@@ -41,24 +41,19 @@ impl CqWaiter {
     ) -> Poll<io::Result<ChannelRead>> {
         match self {
             CqWaiter::Own(waiter) => {
-                let mut guard = ready!(waiter.poll_readable(cx))?;
                 // Events are read from the channel itself; any waiter's registration reports
-                // them.
-                Poll::Ready(Ok(
-                    match guard.try_io(|_| cq.channel().get_event().map(|_| ())) {
-                        Ok(Ok(())) => {
-                            // One arm raises one event, and the next arm comes after this
-                            // read, so the channel is now empty; a later event is a new edge
-                            // for the reactor.
-                            cq.count_event();
-                            guard.clear_ready();
-                            ChannelRead::Event
-                        }
-                        Ok(Err(e)) => ChannelRead::Failed(e),
-                        // try_io cleared this waiter's readiness: another waiter read the event.
-                        Err(_would_block) => ChannelRead::Empty,
-                    },
-                ))
+                // them. One arm raises one event, and the next arm comes after this read, so
+                // the channel holds at most one.
+                let take = || {
+                    cq.channel().get_event()?;
+                    cq.count_event();
+                    Ok(())
+                };
+                Poll::Ready(Ok(match ready!(waiter.poll_take(cx, take))? {
+                    Ok(true) => ChannelRead::Event,
+                    Ok(false) => ChannelRead::Empty,
+                    Err(e) => ChannelRead::Failed(e),
+                }))
             }
             CqWaiter::Routed(waiter) => waiter.poll_event(cx),
         }

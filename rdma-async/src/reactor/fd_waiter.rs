@@ -12,8 +12,9 @@
 use std::io;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Wake, Waker, ready};
 
+use tokio::io::Interest;
 use tokio::io::unix::{AsyncFd, AsyncFdReadyGuard};
 
 use crate::sync::{Lock, LockGuard};
@@ -233,6 +234,75 @@ impl FdWaiter {
             .poll_read_ready(&mut fanout)
             .map_err(|e| runtime_gone(&e))
     }
+
+    /// Takes what the descriptor holds with `take` (a non-blocking read of it, which fails
+    /// with `WouldBlock` when nothing is there), or waits until it is readable: `Ready` with
+    /// whether `take` took something (`Ok(false)`: it found nothing, another waiter took it), or `Pending`
+    /// with this waiter's task registered.
+    ///
+    /// For a descriptor that holds at most one thing at a time, and nothing more until its
+    /// owner acts on what it took (a completion channel with one queue, armed again only after
+    /// its event is read): once `take` succeeds the readiness is cleared, and the next thing
+    /// written is a new edge for the reactor. Readiness is the descriptor's, shared by every
+    /// waiter, so one that finds the channel empty after another drained it clears it and
+    /// waits again.
+    ///
+    /// The registration belongs to the runtime it was made on: once that runtime is shut
+    /// down, this fails (`ConnectionAborted`, saying so) on any runtime.
+    pub(crate) fn poll_take(
+        &self,
+        cx: &mut Context<'_>,
+        mut take: impl FnMut() -> io::Result<()>,
+    ) -> Poll<io::Result<io::Result<bool>>> {
+        let shared = &*self.slot.owner;
+        // Woken since this waiter last looked: the descriptor is most likely still readable
+        // (a task woken by it often finds what it waited for before it reads the channel), so
+        // it reads it at once, with no readiness to wait for and no slot to take, which only a
+        // wait needs. If nothing is there, it waits as any look that found nothing: whatever
+        // comes after this look is seen by the look after the slot is taken.
+        let wakes = shared.fanout.wakes.load(Ordering::Relaxed);
+        if self.wakes_seen.swap(wakes, Ordering::Relaxed) != wakes {
+            match shared.fd.try_io(Interest::READABLE, |_| take()) {
+                Ok(()) => {
+                    shared.clear_readiness();
+                    return Poll::Ready(Ok(Ok(true)));
+                }
+                // Not readable, or read empty (which cleared the readiness): wait.
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Ok(Err(e))),
+            }
+        }
+        // This slot first, then the reactor's registration: readiness that comes in between
+        // wakes the slot's task.
+        self.slot.set(cx.waker());
+        let mut fanout = Context::from_waker(&shared.fanout_waker);
+        // The reactor's only error: its driver is gone (Tokio's own message does not say
+        // which runtime, or what to do).
+        let mut guard =
+            ready!(shared.fd.poll_read_ready(&mut fanout)).map_err(|e| runtime_gone(&e))?;
+        Poll::Ready(Ok(match guard.try_io(|_| take()) {
+            Ok(Ok(())) => {
+                guard.clear_ready();
+                Ok(true)
+            }
+            Ok(Err(e)) => Err(e),
+            // try_io cleared the readiness: another waiter took what was there.
+            Err(_would_block) => Ok(false),
+        }))
+    }
+}
+
+impl SharedFd {
+    /// Clears the descriptor's readiness once what it held was taken (see
+    /// [`FdWaiter::poll_take`]): only readiness that the reactor reported before this look is
+    /// cleared, never a later edge's.
+    fn clear_readiness(&self) {
+        // `try_io` clears the readiness it read when the operation would block; this one
+        // does nothing else.
+        let _ = self.fd.try_io(Interest::READABLE, |_| {
+            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
+        });
+    }
 }
 
 /// The error of a wait whose reactor registration's runtime was shut down (`cause`: what
@@ -250,6 +320,11 @@ pub(super) fn runtime_gone(cause: &dyn std::fmt::Display) -> io::Error {
 
 #[cfg(test)]
 mod tests {
+    use std::cell::Cell;
+    use std::io::{Read, Write};
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+
     use super::*;
     use crate::wake_count::counting_waker as counter;
 
@@ -278,6 +353,109 @@ mod tests {
             "a woken task waits again to be woken again"
         );
         assert_eq!(fanout.take_slot(), slots[1], "a freed slot is used again");
+    }
+
+    /// A socket registered as a channel is, on a runtime of its own, with a peer to write into
+    /// it and a handle on it to take bytes from it, one at a time, counting the takes.
+    struct Socket {
+        rt: tokio::runtime::Runtime,
+        shared: Arc<SharedFd>,
+        reader: UnixStream,
+        peer: UnixStream,
+        takes: Cell<usize>,
+    }
+
+    impl Socket {
+        fn new() -> Self {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .build()
+                .unwrap();
+            let (watched, peer) = UnixStream::pair().unwrap();
+            watched.set_nonblocking(true).unwrap();
+            let reader = watched.try_clone().unwrap();
+            let fd = ChannelFd::new(Arc::new(OwnedFd::from(watched)));
+            let shared = {
+                let _entered = rt.enter();
+                SharedFd::register(fd).unwrap()
+            };
+            Socket {
+                rt,
+                shared,
+                reader,
+                peer,
+                takes: Cell::new(0),
+            }
+        }
+
+        /// `waiter`'s look, taking one byte.
+        fn poll_take(&self, waiter: &FdWaiter, task: &Waker) -> Poll<io::Result<io::Result<bool>>> {
+            let take = || {
+                self.takes.set(self.takes.get() + 1);
+                (&self.reader).read_exact(&mut [0u8])
+            };
+            waiter.poll_take(&mut Context::from_waker(task), take)
+        }
+
+        /// Writes a byte and waits until the reactor has reported it (and so woken the
+        /// fan-out's waiting slots).
+        fn write(&mut self, byte: u8) {
+            self.peer.write_all(&[byte]).unwrap();
+            self.rt
+                .block_on(async { drop(self.shared.readable().await.unwrap()) });
+        }
+    }
+
+    #[test]
+    fn a_woken_waiter_takes_at_once_and_clears_the_readiness_for_the_next_wait() {
+        let mut socket = Socket::new();
+        let waiter = socket.shared.waiter();
+        let (woken, task) = counter();
+        assert!(
+            socket.poll_take(&waiter, &task).is_pending(),
+            "nothing written yet"
+        );
+        socket.write(7);
+        assert_eq!(woken.get(), 1, "the fan-out woke the waiting slot");
+        let took = socket.poll_take(&waiter, &task);
+        assert!(matches!(took, Poll::Ready(Ok(Ok(true)))), "{took:?}");
+        assert_eq!(socket.takes.get(), 1);
+        // The readiness that reported the byte is gone with it: the next wait registers and
+        // sleeps without another read of the descriptor.
+        assert!(socket.poll_take(&waiter, &task).is_pending());
+        assert_eq!(socket.takes.get(), 1, "no read of an empty descriptor");
+        socket.write(8);
+        assert_eq!(
+            woken.get(),
+            2,
+            "a new byte is a new edge: the slot is woken again"
+        );
+    }
+
+    #[test]
+    fn a_woken_waiter_that_finds_nothing_left_waits_in_the_same_call() {
+        let mut socket = Socket::new();
+        let (waiter, other) = (socket.shared.waiter(), socket.shared.waiter());
+        let (woken, task) = counter();
+        let (_, other_task) = counter();
+        assert!(socket.poll_take(&waiter, &task).is_pending());
+        socket.write(7);
+        // Another waiter, woken too, takes the byte first.
+        let took = socket.poll_take(&other, &other_task);
+        assert!(matches!(took, Poll::Ready(Ok(Ok(true)))), "{took:?}");
+        // This one reads nothing and goes back to waiting, registered for the next byte.
+        assert!(socket.poll_take(&waiter, &task).is_pending());
+        assert_eq!(
+            socket.takes.get(),
+            1,
+            "the readiness was cleared by the take"
+        );
+        socket.write(8);
+        assert_eq!(
+            woken.get(),
+            2,
+            "registered again, so woken by the next byte"
+        );
     }
 
     #[test]
