@@ -143,58 +143,90 @@ impl Transfers {
         self.buf.len()
     }
 
-    async fn send<S: Stream>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
-        if let Some(mut region) = self.zero_copy.take() {
+    /// Sends `count` transfers of `size` bytes, each a write call of its own as in rstream.c.
+    /// The loop is here, not in the caller, so that a transfer is one step of this future
+    /// rather than a future of its own built and polled for each.
+    async fn send<S: Stream>(
+        &mut self,
+        stream: &mut S,
+        size: usize,
+        count: usize,
+    ) -> io::Result<()> {
+        for _ in 0..count {
+            // Checked before it is taken: taking the empty region out of its place for every
+            // transfer moved it, for nothing.
+            if self.zero_copy.is_some() {
+                self.send_region(stream, size).await?;
+                continue;
+            }
+            let data = &mut self.buf[..size];
             if let Some(pattern) = &mut self.pattern {
-                pattern.fill(&mut region[..size]);
+                pattern.fill(data);
             }
-            let (result, region) = stream.write_region(region, size).await;
-            self.zero_copy = region;
-            return result.map_err(|e| context("send", e));
+            let data = &*data;
+            let sent = match self.mode {
+                IoMode::Blocking => {
+                    // Hands the bytes to the transport now: a stream that batches writes must
+                    // not hold back a transfer the peer is waiting for. A no-op on TCP.
+                    match stream.write_all(data).await {
+                        Ok(()) => stream.flush().await,
+                        Err(e) => Err(e),
+                    }
+                }
+                IoMode::NonBlocking => write_spinning(stream, data).await,
+            };
+            sent.map_err(|e| context("send", e))?;
         }
-        let data = &mut self.buf[..size];
+        Ok(())
+    }
+
+    /// `-T z`: sends from the registered region (the caller saw it there).
+    async fn send_region<S: Stream>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
+        let Some(mut region) = self.zero_copy.take() else {
+            return Err(io::Error::other("send: -T z has no registered region"));
+        };
         if let Some(pattern) = &mut self.pattern {
-            pattern.fill(data);
+            pattern.fill(&mut region[..size]);
         }
-        match self.mode {
-            IoMode::Blocking => write_awaiting(stream, data).await,
-            IoMode::NonBlocking => write_spinning(stream, data).await,
-        }
-        .map_err(|e| context("send", e))
+        let (result, region) = stream.write_region(region, size).await;
+        self.zero_copy = region;
+        result.map_err(|e| context("send", e))
     }
 
-    async fn recv<S: Stream>(&mut self, stream: &mut S, size: usize) -> io::Result<()> {
-        if self.lent_reads {
-            return stream
-                .recv_lent(size, self.pattern.as_mut())
-                .await
-                .map_err(|e| context("recv", e));
-        }
-        let data = &mut self.buf[..size];
-        match self.mode {
-            IoMode::Blocking => stream.read_exact(data).await.map(drop),
-            IoMode::NonBlocking => read_spinning(stream, data).await,
-        }
-        .map_err(|e| match e.kind() {
-            // Says more than read_exact's "early eof".
-            io::ErrorKind::UnexpectedEof => {
-                io::Error::new(e.kind(), "recv: connection closed by the peer")
+    /// Receives `count` transfers of `size` bytes, the mirror image of [`Self::send`].
+    async fn recv<S: Stream>(
+        &mut self,
+        stream: &mut S,
+        size: usize,
+        count: usize,
+    ) -> io::Result<()> {
+        for _ in 0..count {
+            if self.lent_reads {
+                stream
+                    .recv_lent(size, self.pattern.as_mut())
+                    .await
+                    .map_err(|e| context("recv", e))?;
+                continue;
             }
-            _ => context("recv", e),
-        })?;
-        // Verified once the whole transfer is in, like rstream.c.
-        match &mut self.pattern {
-            Some(pattern) => pattern.check(&self.buf[..size]),
-            None => Ok(()),
+            let data = &mut self.buf[..size];
+            match self.mode {
+                IoMode::Blocking => stream.read_exact(data).await.map(drop),
+                IoMode::NonBlocking => read_spinning(stream, data).await,
+            }
+            .map_err(|e| match e.kind() {
+                // Says more than read_exact's "early eof".
+                io::ErrorKind::UnexpectedEof => {
+                    io::Error::new(e.kind(), "recv: connection closed by the peer")
+                }
+                _ => context("recv", e),
+            })?;
+            // Verified once the whole transfer is in, like rstream.c.
+            if let Some(pattern) = &mut self.pattern {
+                pattern.check(&self.buf[..size])?;
+            }
         }
+        Ok(())
     }
-}
-
-async fn write_awaiting<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) -> io::Result<()> {
-    stream.write_all(data).await?;
-    // Hand the bytes to the transport now: a stream that batches writes must not hold back a
-    // transfer the peer is waiting for. A no-op on TCP.
-    stream.flush().await
 }
 
 async fn write_spinning<S: AsyncWrite + Unpin>(stream: &mut S, data: &[u8]) -> io::Result<()> {
@@ -250,16 +282,12 @@ pub async fn run_client<S: Stream>(
     xfers: &mut Transfers,
     test: &Test,
 ) -> io::Result<Duration> {
-    xfers.send(stream, SYNC_SIZE).await?;
-    xfers.recv(stream, SYNC_SIZE).await?;
+    xfers.send(stream, SYNC_SIZE, 1).await?;
+    xfers.recv(stream, SYNC_SIZE, 1).await?;
     let start = Instant::now();
     for _ in 0..test.iterations {
-        for _ in 0..test.count {
-            xfers.send(stream, test.size).await?;
-        }
-        for _ in 0..test.count {
-            xfers.recv(stream, test.size).await?;
-        }
+        xfers.send(stream, test.size, test.count).await?;
+        xfers.recv(stream, test.size, test.count).await?;
     }
     Ok(start.elapsed())
 }
@@ -270,16 +298,12 @@ pub async fn run_server<S: Stream>(
     xfers: &mut Transfers,
     test: &Test,
 ) -> io::Result<Duration> {
-    xfers.recv(stream, SYNC_SIZE).await?;
-    xfers.send(stream, SYNC_SIZE).await?;
+    xfers.recv(stream, SYNC_SIZE, 1).await?;
+    xfers.send(stream, SYNC_SIZE, 1).await?;
     let start = Instant::now();
     for _ in 0..test.iterations {
-        for _ in 0..test.count {
-            xfers.recv(stream, test.size).await?;
-        }
-        for _ in 0..test.count {
-            xfers.send(stream, test.size).await?;
-        }
+        xfers.recv(stream, test.size, test.count).await?;
+        xfers.send(stream, test.size, test.count).await?;
     }
     Ok(start.elapsed())
 }
@@ -311,7 +335,7 @@ mod tests {
         let (mut a, mut b) = tokio::io::duplex(1000);
         let mut xfers = Transfers::new(IoMode::Blocking, true, 64).unwrap();
         a.write_all(&[0, 1, 2, 7]).await.unwrap();
-        let err = xfers.recv(&mut b, 4).await.unwrap_err();
+        let err = xfers.recv(&mut b, 4, 1).await.unwrap_err();
         assert!(err.to_string().contains("byte 3"), "{err}");
     }
 }
