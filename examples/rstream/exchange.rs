@@ -186,7 +186,10 @@ impl Transfers {
                                 },
                                 IoMode::NonBlocking => write_spinning(stream, data).await,
                             };
-                            sent.map_err(|e| context("send", e))?;
+                            // Not `map_err`: left a call of its own, it cost every transfer.
+                            if let Err(e) = sent {
+                                return Err(context("send", e));
+                            }
                         }
                         Direction::Recv => {
                             if self.lent_reads {
@@ -197,11 +200,13 @@ impl Transfers {
                                 continue;
                             }
                             let data = &mut self.buf[..size];
-                            match self.mode {
+                            let received = match self.mode {
                                 IoMode::Blocking => stream.read_exact(data).await.map(drop),
                                 IoMode::NonBlocking => read_spinning(stream, data).await,
+                            };
+                            if let Err(e) = received {
+                                return Err(recv_error(e));
                             }
-                            .map_err(recv_error)?;
                             // Verified once the whole transfer is in, like rstream.c.
                             if let Some(pattern) = &mut self.pattern {
                                 pattern.check(&self.buf[..size])?;
@@ -264,6 +269,7 @@ enum Direction {
 const CLIENT_ORDER: [Direction; 2] = [Direction::Send, Direction::Recv];
 const SERVER_ORDER: [Direction; 2] = [Direction::Recv, Direction::Send];
 
+#[cold]
 fn recv_error(e: io::Error) -> io::Error {
     match e.kind() {
         // Says more than read_exact's "early eof".
@@ -316,6 +322,7 @@ async fn spin<T>(
     }
 }
 
+#[cold]
 fn context(what: &str, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
