@@ -144,11 +144,10 @@ impl Transfers {
     }
 
     /// `shape.iterations` times: `shape.count` transfers of `shape.size` bytes each way, in
-    /// `order`; each transfer
-    /// is a write or read call of its own, as in rstream.c. The loops and both kinds of transfer
-    /// are in this one future: with a future of its own built and polled for each transfer (an
-    /// `async fn` per transfer), the loop cost a streamed 64 B message about 120 instructions
-    /// more.
+    /// `order`; each transfer is a write or read call of its own, as in rstream.c. The loops
+    /// and both kinds of transfer are in this one future: with a future of its own built and
+    /// polled for each transfer (an `async fn` per transfer), the loop cost a streamed 64 B
+    /// message about 120 instructions more.
     async fn exchange<S: Stream>(
         &mut self,
         stream: &mut S,

@@ -237,8 +237,8 @@ impl FdWaiter {
 
     /// Takes what the descriptor holds with `take` (a non-blocking read of it, which fails
     /// with `WouldBlock` when nothing is there), or waits until it is readable: `Ready` with
-    /// whether `take` took something (`Ok(false)`: it found nothing, another waiter took it), or `Pending`
-    /// with this waiter's task registered.
+    /// whether `take` took something (`Ok(false)`: it found nothing, another waiter took it),
+    /// or `Pending` with this waiter's task registered.
     ///
     /// For a descriptor that holds at most one thing at a time, and nothing more until its
     /// owner acts on what it took (a completion channel with one queue, armed again only after
@@ -262,14 +262,22 @@ impl FdWaiter {
         // comes after this look is seen by the look after the slot is taken.
         let wakes = shared.fanout.wakes.load(Ordering::Relaxed);
         if self.wakes_seen.swap(wakes, Ordering::Relaxed) != wakes {
-            match shared.fd.try_io(Interest::READABLE, |_| take()) {
-                Ok(()) => {
-                    shared.clear_readiness();
-                    return Poll::Ready(Ok(Ok(true)));
-                }
-                // Not readable, or read empty (which cleared the readiness): wait.
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                Err(e) => return Poll::Ready(Ok(Err(e))),
+            // A take that succeeds reports `WouldBlock` to Tokio, which then clears the
+            // readiness of the very tick this look read (an edge after it stays).
+            let mut took = false;
+            let read = shared.fd.try_io(Interest::READABLE, |_| {
+                take()?;
+                took = true;
+                Err::<(), _>(io::ErrorKind::WouldBlock.into())
+            });
+            if took {
+                return Poll::Ready(Ok(Ok(true)));
+            }
+            match read {
+                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Poll::Ready(Ok(Err(e))),
+                // Not readable, or read empty (which cleared the readiness): wait. (The
+                // closure never returns `Ok`.)
+                _ => {}
             }
         }
         // This slot first, then the reactor's registration: readiness that comes in between
@@ -289,19 +297,6 @@ impl FdWaiter {
             // try_io cleared the readiness: another waiter took what was there.
             Err(_would_block) => Ok(false),
         }))
-    }
-}
-
-impl SharedFd {
-    /// Clears the descriptor's readiness once what it held was taken (see
-    /// [`FdWaiter::poll_take`]): only readiness that the reactor reported before this look is
-    /// cleared, never a later edge's.
-    fn clear_readiness(&self) {
-        // `try_io` clears the readiness it read when the operation would block; this one
-        // does nothing else.
-        let _ = self.fd.try_io(Interest::READABLE, |_| {
-            Err::<(), _>(io::Error::from(io::ErrorKind::WouldBlock))
-        });
     }
 }
 
@@ -429,6 +424,35 @@ mod tests {
             woken.get(),
             2,
             "a new byte is a new edge: the slot is woken again"
+        );
+    }
+
+    #[test]
+    fn an_edge_between_the_take_and_the_clear_is_not_wiped() {
+        let mut socket = Socket::new();
+        let waiter = socket.shared.waiter();
+        let (_woken, task) = counter();
+        assert!(socket.poll_take(&waiter, &task).is_pending());
+        socket.write(7);
+        // The woken waiter's take reads byte 7; a new byte comes, and the reactor reports it
+        // (a new tick), before poll_take returns. A current-thread runtime polls its driver at
+        // every yield, so the yields let it see the new byte.
+        let take = || {
+            (&socket.reader).read_exact(&mut [0u8])?;
+            (&socket.peer).write_all(&[8]).unwrap();
+            socket.rt.block_on(async {
+                for _ in 0..4 {
+                    tokio::task::yield_now().await;
+                }
+            });
+            Ok(())
+        };
+        let took = waiter.poll_take(&mut Context::from_waker(&task), take);
+        assert!(matches!(took, Poll::Ready(Ok(Ok(true)))), "{took:?}");
+        let next = socket.poll_take(&waiter, &task);
+        assert!(
+            matches!(next, Poll::Ready(Ok(Ok(true)))),
+            "the new edge was wiped: {next:?}"
         );
     }
 
