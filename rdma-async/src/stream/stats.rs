@@ -19,7 +19,8 @@ pub struct StreamStats {
     /// with them, as one chain of work requests (up to 16, or 256 bytes of inline data).
     pub post_send_calls: u64,
     /// Send completions polled. Unlike rsockets, which signals every send, only every
-    /// 16th data write (fewer with a shallow send queue), the one that brings the unsignaled
+    /// n-th data write, n a quarter of the send queue's data entries (every 95th at the
+    /// default depth), the one that brings the unsignaled
     /// writes to three quarters of the send ring, the one that fills the send queue or ring
     /// (unless an earlier signaled write still to complete frees enough), the credit update
     /// that takes the last of the 4 control slots, and SHUTDOWN, DISCONNECT and keepalives

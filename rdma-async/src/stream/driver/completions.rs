@@ -127,8 +127,8 @@ impl<D: StreamDevice> StreamCore<D> {
                 reposts += usize::from(self.handle_recv(state, wc));
             } else {
                 state.stats.send_completions += 1;
-                // Few completions are sends (a stream signals one data write in 16): these
-                // take the whole completion.
+                // Few completions are sends (a stream signals one data write in 95 at the
+                // default depth): these take the whole completion.
                 let wc = &wc.to_work_completion();
                 let ok = wc.status.is_success();
                 if !ok && wc.status != WcStatus::FLUSH && !state.transport_error.is_set() {
