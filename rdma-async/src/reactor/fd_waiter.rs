@@ -224,9 +224,18 @@ impl FdWaiter {
         {
             return Poll::Ready(ready.map_err(|e| runtime_gone(&e)));
         }
-        // This slot first, then the reactor's registration: readiness that comes in between
-        // wakes the slot's task.
+        self.poll_registered(cx)
+    }
+
+    /// Takes this waiter's slot, then looks at the reactor's registration: readiness that
+    /// comes in between wakes the slot's task.
+    fn poll_registered(
+        &self,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<AsyncFdReadyGuard<'_, ChannelFd>>> {
+        let shared = &*self.slot.owner;
         self.slot.set(cx.waker());
+        let mut fanout = Context::from_waker(&shared.fanout_waker);
         // The reactor's only error: its driver is gone (Tokio's own message does not say
         // which runtime, or what to do).
         shared
@@ -280,14 +289,7 @@ impl FdWaiter {
                 _ => {}
             }
         }
-        // This slot first, then the reactor's registration: readiness that comes in between
-        // wakes the slot's task.
-        self.slot.set(cx.waker());
-        let mut fanout = Context::from_waker(&shared.fanout_waker);
-        // The reactor's only error: its driver is gone (Tokio's own message does not say
-        // which runtime, or what to do).
-        let mut guard =
-            ready!(shared.fd.poll_read_ready(&mut fanout)).map_err(|e| runtime_gone(&e))?;
+        let mut guard = ready!(self.poll_registered(cx))?;
         Poll::Ready(Ok(match guard.try_io(|_| take()) {
             Ok(Ok(())) => {
                 guard.clear_ready();
