@@ -135,7 +135,7 @@ impl ConnShared {
                     Ok((posted.ticket, ring))
                 }
                 Some(Err(refused)) => Err(refused),
-                None => Err((self.link.closed_error(sending), held.unwrap_or_default())),
+                None => Err((self.closed_refusal(sending), held.unwrap_or_default())),
             }
         };
         let reaper = Reaper {
@@ -230,12 +230,33 @@ impl ConnShared {
     }
 
     /// Why nothing may be posted any more: an earlier work request failed (the queue pair is in
-    /// the error state, where some providers never complete new receives).
+    /// the error state, where some providers never complete new receives). Every post asks:
+    /// the look is inlined into it, the error built out of line ([`Self::refused`]).
+    #[inline]
     fn refusal(&self, queue: WorkQueue) -> Option<io::Error> {
+        if !self.failure.is_set() {
+            return None;
+        }
+        self.refused(queue)
+    }
+
+    /// [`Self::refusal`]'s error, once a failure is recorded: cold and out of line, so that a
+    /// post of a healthy connection carries only the look.
+    #[cold]
+    #[inline(never)]
+    fn refused(&self, queue: WorkQueue) -> Option<io::Error> {
         self.failure.report_as(match queue {
             WorkQueue::Send => "send-queue operation refused",
             WorkQueue::Recv => "receive refused",
         })
+    }
+
+    /// The error for a post refused because the link closed. Cold and out of line, for the
+    /// same reason as [`Self::refused`].
+    #[cold]
+    #[inline(never)]
+    fn closed_refusal(&self, sending: bool) -> io::Error {
+        self.link.closed_error(sending)
     }
 
     /// Asks the completion task to drain and release the connection.

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 use std::ops::{Range, RangeBounds};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -286,8 +287,59 @@ where
     F: Future<Output = (io::Result<WorkCompletion>, Held)> + Unpin + 'a,
 {
     /// The operation with only whether it succeeded (writes, reads and sends report no more).
-    pub(super) fn succeeded(mut self) -> impl Future<Output = (io::Result<()>, B)> + 'a {
-        std::future::poll_fn(move |cx| Pin::new(&mut self).poll(cx).map(|(r, b)| (r.map(drop), b)))
+    pub(super) fn succeeded(self) -> impl Future<Output = (io::Result<()>, B)> + 'a {
+        Succeeded {
+            operation: ManuallyDrop::new(self),
+            finished: false,
+        }
+    }
+}
+
+/// [`OneOperation::succeeded`]'s future. Once the operation returned its output, nothing is
+/// left in it to drop (the buffer went out with the output; `F`, a `PostAndWait`, has given
+/// its buffers back and its claim is done), so it is dropped only if it never finished: the
+/// out-of-line call to its drop glue, which found nothing to do, was on every write.
+pub(super) struct Succeeded<'a, B, F> {
+    operation: ManuallyDrop<OneOperation<'a, B, F>>,
+    /// The operation returned its output.
+    finished: bool,
+}
+
+impl<'a, B, F> Future for Succeeded<'a, B, F>
+where
+    B: RegisteredBytes + 'a,
+    F: Future<Output = (io::Result<WorkCompletion>, Held)> + Unpin + 'a,
+{
+    type Output = (io::Result<()>, B);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let (result, buf) = ready!(Pin::new(&mut *this.operation).poll(cx));
+        this.finished = true;
+        Poll::Ready((result.map(drop), buf))
+    }
+}
+
+impl<B, F> Drop for Succeeded<'_, B, F> {
+    #[inline]
+    fn drop(&mut self) {
+        if !self.finished {
+            self.drop_unfinished();
+        }
+    }
+}
+
+impl<B, F> Succeeded<'_, B, F> {
+    /// An operation dropped before it finished (its buffer, or its claim on the table slot,
+    /// still in it) is dropped as usual; an empty one takes its place.
+    #[cold]
+    #[inline(never)]
+    fn drop_unfinished(&mut self) {
+        let empty = ManuallyDrop::new(OneOperation::Refused(None));
+        drop(ManuallyDrop::into_inner(std::mem::replace(
+            &mut self.operation,
+            empty,
+        )));
     }
 }
 

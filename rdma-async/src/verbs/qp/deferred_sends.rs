@@ -76,7 +76,12 @@ impl DeferredSends {
         let first = chain.wrs.is_empty();
         let at = chain.sges.len();
         chain.first_sge.push(at);
-        chain.sges.extend_from_slice(sges);
+        // One entry (every single-buffer write) is pushed as it is, sparing
+        // `extend_from_slice`'s general copy on every deferred post.
+        match sges {
+            [sge] => chain.sges.push(*sge),
+            _ => chain.sges.extend_from_slice(sges),
+        }
         // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
         chain.wrs.push(unsafe { std::mem::zeroed() });
         if let Some(wr) = chain.wrs.last_mut() {

@@ -39,30 +39,55 @@ fn held_sges(
     Ok(segments.len())
 }
 
-/// The scatter/gather entry of `seg`, checked against the buffer of `held` it indexes.
+/// The scatter/gather entry of `seg`, checked against the buffer of `held` it indexes. Inlined
+/// (every single-buffer operation checks its one segment here), its errors built out of line.
+#[inline(always)]
 fn held_sge(held: &Held, seg: &Segment) -> io::Result<sys::ibv_sge> {
-    let buf = held
-        .get(seg.buffer)
-        .ok_or_else(|| error::invalid_input(format!("no buffer {}", seg.buffer)))?
-        .registered();
+    let Some(buf) = held.get(seg.buffer) else {
+        return Err(no_buffer(seg.buffer));
+    };
+    let buf = buf.registered();
     if seg
         .offset
         .checked_add(seg.len)
         .is_none_or(|end| end > buf.len())
     {
-        return Err(error::invalid_input(format!(
-            "range {}..{} is outside the {}-byte region",
-            seg.offset,
-            seg.offset.saturating_add(seg.len),
-            buf.len()
-        )));
+        return Err(outside_region(seg, buf.len()));
     }
+    let Ok(length) = u32::try_from(seg.len) else {
+        return Err(segment_too_long());
+    };
     Ok(sys::ibv_sge {
         addr: buf.addr(seg.offset),
-        length: u32::try_from(seg.len)
-            .map_err(|_| error::invalid_input("a segment is longer than 4 GiB"))?,
+        length,
         lkey: buf.lkey(),
     })
+}
+
+/// [`held_sge`]'s error for a segment naming a buffer that is not held. Cold and out of line,
+/// as the next two: checked on every post, they never fail for a well-formed operation.
+#[cold]
+#[inline(never)]
+fn no_buffer(index: usize) -> io::Error {
+    error::invalid_input(format!("no buffer {index}"))
+}
+
+/// [`held_sge`]'s error for a segment beyond its `len`-byte region.
+#[cold]
+#[inline(never)]
+fn outside_region(seg: &Segment, len: usize) -> io::Error {
+    error::invalid_input(format!(
+        "range {}..{} is outside the {len}-byte region",
+        seg.offset,
+        seg.offset.saturating_add(seg.len),
+    ))
+}
+
+/// [`held_sge`]'s error for a segment longer than a scatter/gather entry can say.
+#[cold]
+#[inline(never)]
+fn segment_too_long() -> io::Error {
+    error::invalid_input("a segment is longer than 4 GiB")
 }
 
 /// Posts a receive of caller memory through `post` (a queue pair's or a shared receive queue's

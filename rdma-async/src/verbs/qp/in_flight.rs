@@ -105,6 +105,14 @@ impl Ticket {
     }
 }
 
+/// [`InFlightTable::insert`]'s error when no slot is free. Cold and out of line: posts find a
+/// slot free (a connection's take a queue slot first), and every post inlines the insert.
+#[cold]
+#[inline(never)]
+fn table_full() -> io::Error {
+    error::invalid_input("more work requests outstanding than the queues hold")
+}
+
 /// Where a slot's request is. The buffers, the waker and the completion are fields of the slot
 /// beside it, so that a step moves only what it changes (whole states moved in and out of the
 /// slot cost a 64 B `RdmaConnection` write at depth 64 about 25 instructions).
@@ -195,7 +203,9 @@ impl InFlightTable {
     }
 
     /// As [`Self::insert`], with the waker its completion wakes: the waiter posting from its
-    /// task's poll needs no [`Self::poll`] to register it.
+    /// task's poll needs no [`Self::poll`] to register it. Inlined, as `insert_with`: every
+    /// `RdmaConnection` operation posts through it.
+    #[inline(always)]
     pub(crate) fn insert_waiting(
         &self,
         held: Held,
@@ -205,7 +215,8 @@ impl InFlightTable {
         self.insert_with(held, queue, Some(waker.clone()))
     }
 
-    #[inline]
+    /// Always inlined: every post fills a slot here, and its callers are one-line wrappers.
+    #[inline(always)]
     fn insert_with(
         &self,
         held: Held,
@@ -215,10 +226,7 @@ impl InFlightTable {
         let waker_set = waker.is_some();
         let mut t = self.lock();
         let Some(index) = t.free.pop() else {
-            return Err((
-                error::invalid_input("more work requests outstanding than the queues hold"),
-                held,
-            ));
+            return Err((table_full(), held));
         };
         t.outstanding += 1;
         let slot = &mut t.slots[index as usize];

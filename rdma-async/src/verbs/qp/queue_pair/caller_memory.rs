@@ -123,7 +123,9 @@ impl CallerMemoryQueuePair {
     /// still held until the completion, as for any other request). With `defer`, or while
     /// deferred requests wait (they go first), the request is left for [`Self::ring`] instead.
     /// `waker`, the waiter's, goes into the table with the buffers. On failure nothing was
-    /// posted and the buffers come back.
+    /// posted and the buffers come back. Always inlined: a connection's every send-queue
+    /// operation posts here, from its own post closure.
+    #[inline(always)]
     pub(crate) fn post_caller(
         &self,
         opcode: Opcode,
