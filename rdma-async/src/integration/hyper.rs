@@ -25,6 +25,7 @@
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use hyper_util::client::legacy::connect::{Connected, Connection};
@@ -46,7 +47,7 @@ impl Connection for RStream {
 /// The port defaults to 80 for `http` (and for a URI without a scheme) and to 443 for `https`;
 /// the connector itself never speaks TLS, so `https` only makes sense under a TLS layer that
 /// wraps this connector. The host is resolved as [`RStream::connect`] does and each address is
-/// tried in turn. Cloning is cheap: the clones share nothing but the options.
+/// tried in turn. Cloning is cheap: a connector is one pointer, and its clones share the options.
 ///
 /// # Errors
 ///
@@ -60,7 +61,10 @@ impl Connection for RStream {
 /// an idle connection turns up first: it finishes it in the background and pools the result.)
 #[derive(Debug, Clone, Default)]
 pub struct RConnector {
-    options: RStreamOptions,
+    // Behind an `Arc` because hyper-util clones the connector into every request's future
+    // (pooled connection or not) and moves that future around: one pointer to copy, not the
+    // whole set of options.
+    options: Arc<RStreamOptions>,
 }
 
 impl RConnector {
@@ -72,7 +76,7 @@ impl RConnector {
     /// A connector whose streams use `options`.
     pub fn with_options(options: &RStreamOptions) -> Self {
         RConnector {
-            options: options.clone(),
+            options: Arc::new(options.clone()),
         }
     }
 }
@@ -112,7 +116,7 @@ impl tower_service::Service<http::Uri> for RConnector {
     }
 
     fn call(&mut self, uri: http::Uri) -> Self::Future {
-        let options = self.options.clone();
+        let options = Arc::clone(&self.options);
         Box::pin(async move {
             let (host, port) = host_port(&uri)?;
             let stream = RStream::connect_with((host.as_str(), port), &options).await?;
@@ -123,7 +127,10 @@ impl tower_service::Service<http::Uri> for RConnector {
 
 #[cfg(test)]
 mod tests {
-    use super::host_port;
+    use std::sync::Arc;
+
+    use super::{RConnector, host_port};
+    use crate::stream::RStreamOptions;
 
     fn hp(uri: &str) -> std::io::Result<(String, u16)> {
         host_port(&uri.parse().unwrap())
@@ -151,5 +158,16 @@ mod tests {
             hp("ftp://h/").unwrap_err().kind(),
             std::io::ErrorKind::InvalidInput
         );
+    }
+
+    #[test]
+    fn a_connector_is_one_pointer_and_its_clones_share_their_options() {
+        assert_eq!(
+            std::mem::size_of::<RConnector>(),
+            std::mem::size_of::<usize>()
+        );
+        let connector = RConnector::with_options(&RStreamOptions::default());
+        let clone = connector.clone();
+        assert!(Arc::ptr_eq(&connector.options, &clone.options));
     }
 }
