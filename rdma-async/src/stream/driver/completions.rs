@@ -38,6 +38,14 @@ impl<D: StreamDevice> StreamCore<D> {
         mut unit_held: bool,
     ) -> Poll<io::Result<()>> {
         let mut batch = CompletionBatch::<BATCH>::new();
+        // The first look after a sleep: the event's read comes now, not in the next wait (which
+        // the caller makes after handing up what this finds). A failure leaves no arm
+        // outstanding: the next wait arms again, and what the queue holds is handled first.
+        if std::mem::take(&mut state.slept)
+            && let Err(e) = self.device.take_wake_event()
+        {
+            tracing::debug!(parent: self.device.span(), error = %e, "reading the wake-up's event failed");
+        }
         for _ in 0..PUMP_BATCHES {
             let coop = match cx.as_deref_mut() {
                 Some(_) if std::mem::take(&mut unit_held) => None,

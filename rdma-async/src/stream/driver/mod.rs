@@ -107,6 +107,9 @@ struct CoreState {
     /// under it) found the queue empty: it returned less than a full batch. A wait then need
     /// not look again under an arm made earlier ([`WaitHints::exclusive`](crate::reactor::WaitHints::exclusive)).
     queue_empty: bool,
+    /// A wait went to sleep and no look has been made since: the next look first takes the
+    /// event that woke it ([`StreamDevice::take_wake_event`]).
+    slept: bool,
     /// The yields of the current wait for completions, by either side.
     yields: WaitYields,
 }
@@ -170,6 +173,7 @@ impl<D: StreamDevice> StreamCore<D> {
                 abandoned: HashSet::new(),
                 post_failed: false,
                 queue_empty: false,
+                slept: false,
                 yields: WaitYields::default(),
             }),
         };

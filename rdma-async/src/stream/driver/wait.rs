@@ -112,8 +112,11 @@ impl<D: StreamDevice> StreamCore<D> {
         };
         let registered = waiter.take().is_none();
         let polled = match polled {
-            // Slept.
-            Poll::Pending => return Poll::Pending,
+            // Slept (a wait that yields or runs out of budget registers nothing).
+            Poll::Pending => {
+                state.slept = registered;
+                return Poll::Pending;
+            }
             Poll::Ready(woken) => woken,
         };
         if mark_blocked && registered {
