@@ -114,7 +114,12 @@ impl<D: StreamDevice> StreamCore<D> {
         let polled = match polled {
             // Slept (a wait that yields or runs out of budget registers nothing).
             Poll::Pending => {
-                state.slept = registered;
+                if registered {
+                    state.slept = true;
+                    if side == Side::Read && std::mem::take(&mut state.took_bytes) {
+                        state.reads_until_empty = true;
+                    }
+                }
                 return Poll::Pending;
             }
             Poll::Ready(woken) => woken,
