@@ -11,9 +11,10 @@
 //! no arm is outstanding: an arm lasts until its event is read from the channel, or until
 //! arming or reading fails ([`ArmState`], which has the exhaustive interleaving check). A wait
 //! that sleeps under another waiter's arm is woken if that arm fails, and arms again. A stream
-//! reads the event that woke it as soon as it is woken, before it looks
-//! ([`AsyncCq::take_wake_event`]), as C rsockets does: its next sleep, after it has handed up
-//! what woke it, then only arms (a doorbell in user space on a NIC, an `ioctl` on rxe).
+//! whose reader reads until it finds nothing reads the event that woke it as soon as it is
+//! woken, before it looks ([`AsyncCq::take_wake_event`]), as C rsockets does: the read that
+//! finds nothing after it has handed up what woke it then only arms (a doorbell in user space on
+//! a NIC, an `ioctl` on rxe).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -331,7 +332,8 @@ impl AsyncCq {
     /// request. Nothing happens when the event has not come (a wake-up by something else: the
     /// arm stands).
     ///
-    /// For waiters that take turns under one lock, which the caller holds (a stream's sides).
+    /// For waiters that take turns under one lock, which the caller holds (a stream's sides,
+    /// whose driver does this for a reader that reads until it finds nothing).
     ///
     /// # Errors
     ///
