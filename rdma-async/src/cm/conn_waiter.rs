@@ -82,6 +82,16 @@ impl ConnWaiter {
         }
     }
 
+    /// Takes the event that woke a wait, before the first look after it:
+    /// [`AsyncCq::take_wake_event`].
+    ///
+    /// # Errors
+    ///
+    /// Reading the completion channel failed.
+    pub(crate) fn take_wake_event(&self, cq: &AsyncCq) -> io::Result<()> {
+        cq.take_wake_event(&self.cq)
+    }
+
     /// Waits as [`Self::poll_wait`].
     pub(crate) async fn wait<const N: usize>(
         &self,

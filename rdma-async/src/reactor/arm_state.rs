@@ -150,8 +150,8 @@ impl ArmState {
         self.sleepers().wakers.clear();
     }
 
-    #[cfg(test)]
-    fn is_armed(&self) -> bool {
+    /// Whether an arm is outstanding (made, and its event not read yet).
+    pub(crate) fn is_armed(&self) -> bool {
         self.word.load(Ordering::Acquire) & ARMED != 0
     }
 }
@@ -164,8 +164,9 @@ mod tests {
     //! waiters, a device that completes two work requests at any moment, and one failure of an
     //! arm or of an event read (which may or may not consume the event) at any moment. Each
     //! waiter wants one completion and, after an error, tries again (as the next operation
-    //! would). Every reachable state is visited; a state where nothing can happen any more but
-    //! a waiter is still waiting is a lost wake-up.
+    //! would). A stream's waiters may also take the event when woken, before they look
+    //! (`AsyncCq::take_wake_event`). Every reachable state is visited; a state where nothing
+    //! can happen any more but a waiter is still waiting is a lost wake-up.
 
     use std::collections::HashSet;
 
@@ -187,6 +188,12 @@ mod tests {
         Wait,
         /// Reads one event from the channel and clears its readiness.
         Read,
+        /// Woken, with [`WakeRead::Take`]: takes the arm's event if its registration is
+        /// readable (`AsyncCq::take_wake_event`), then looks.
+        TakeEvent,
+        /// Looks after a [`Pc::TakeEvent`], in the same hold of the lock, as [`Pc::Start`]
+        /// does.
+        LookAfterTake,
         /// Got its completion.
         Done,
     }
@@ -237,11 +244,84 @@ mod tests {
         /// The waiters take turns: each holds a lock from its first poll (or its read) until
         /// it waits or is done, as a stream's sides do under the stream's state lock.
         locked: bool,
+        /// What a woken waiter does first.
+        wake_read: WakeRead,
+    }
+
+    /// Whether a woken waiter takes the event before it looks (a stream's wake-up).
+    #[derive(Debug, Clone, Copy, PartialEq)]
+    enum WakeRead {
+        /// It reads the event in its next wait, if that wait finds nothing.
+        No,
+        /// It takes the event, ending the arm, then looks, in one hold of the lock.
+        Take,
+        /// It takes the event but leaves the arm outstanding (a bug: the next wait sleeps under
+        /// an arm whose event is gone).
+        TakeKeepingArm,
     }
 
     /// Whether a waiter at `pc` holds the lock (in [`Mode::locked`]).
     fn holds_lock(pc: Pc) -> bool {
-        matches!(pc, Pc::ArmAfterLook | Pc::Arm | Pc::PollArmed | Pc::Read)
+        matches!(
+            pc,
+            Pc::ArmAfterLook
+                | Pc::Arm
+                | Pc::PollArmed
+                | Pc::Read
+                | Pc::TakeEvent
+                | Pc::LookAfterTake
+        )
+    }
+
+    /// `AsyncCq::take_wake_event` by waiter `w`: every state it may lead to, with the waiter
+    /// then at [`Pc::LookAfterTake`]. A failed read ends the arm and is not reported (the look
+    /// comes next); with `keep_arm`, a successful one does not end it.
+    fn take_event(s: &State, w: usize, read_failed: fn(&ArmState), keep_arm: bool) -> Vec<State> {
+        let mut n = s.clone();
+        n.pcs[w] = Pc::LookAfterTake;
+        if !s.armed || !s.ready[w] {
+            return vec![n];
+        }
+        // Read, or read empty: readiness cleared.
+        n.ready[w] = false;
+        if s.events == 0 {
+            return vec![n];
+        }
+        let mut next = Vec::new();
+        if s.faults > 0 {
+            // `ibv_get_cq_event` fails, with the event read or not; readiness is not cleared.
+            for consumed in [false, true] {
+                let mut f = s.clone();
+                f.pcs[w] = Pc::LookAfterTake;
+                f.faults -= 1;
+                f.events -= u32::from(consumed);
+                on_arm(&mut f, |a| {
+                    read_failed(a);
+                    false
+                });
+                next.push(f);
+            }
+        }
+        n.events -= 1;
+        if !keep_arm {
+            on_arm(&mut n, |a| {
+                a.event_read();
+                false
+            });
+        }
+        next.push(n);
+        next
+    }
+
+    /// A look at the queue by waiter `w` before any wait: done if it found a completion, or
+    /// `otherwise`.
+    fn look(n: &mut State, w: usize, otherwise: Pc) {
+        if n.cq > 0 {
+            n.cq -= 1;
+            n.pcs[w] = Pc::Done;
+        } else {
+            n.pcs[w] = otherwise;
+        }
     }
 
     /// Every state one step from `s`.
@@ -294,10 +374,22 @@ mod tests {
                 }
                 Pc::Wait => {
                     if s.ready[w] {
-                        n.pcs[w] = Pc::Read;
+                        n.pcs[w] = match mode.wake_read {
+                            WakeRead::No => Pc::Read,
+                            WakeRead::Take | WakeRead::TakeKeepingArm => Pc::TakeEvent,
+                        };
                         next.push(n);
                     }
                 }
+                Pc::TakeEvent => {
+                    let keep_arm = mode.wake_read == WakeRead::TakeKeepingArm;
+                    next.extend(take_event(s, w, read_failed, keep_arm));
+                }
+                Pc::LookAfterTake => {
+                    look(&mut n, w, Pc::ArmAfterLook);
+                    next.push(n);
+                }
+
                 Pc::Read => {
                     if s.events > 0 && s.faults > 0 {
                         // `ibv_get_cq_event` fails, with the event read or not; readiness is
@@ -365,16 +457,23 @@ mod tests {
     const SHARED: Mode = Mode {
         skip_after_look: false,
         locked: false,
+        wake_read: WakeRead::No,
     };
     /// Waiters that take turns under a lock and skip the poll under an earlier arm (a stream).
     const EXCLUSIVE: Mode = Mode {
         skip_after_look: true,
         locked: true,
+        wake_read: WakeRead::No,
+    };
+    /// A stream's waiters, which take the event when woken, before they look.
+    const EXCLUSIVE_TAKING: Mode = Mode {
+        wake_read: WakeRead::Take,
+        ..EXCLUSIVE
     };
 
     #[test]
     fn no_interleaving_or_failure_loses_a_wake_up() {
-        for mode in [SHARED, EXCLUSIVE] {
+        for mode in [SHARED, EXCLUSIVE, EXCLUSIVE_TAKING] {
             let (stuck, states) = explore(ArmState::event_read_failed, mode);
             assert!(stuck.is_none(), "{mode:?}: a lost wake-up: {stuck:?}");
             assert!(
@@ -387,7 +486,7 @@ mod tests {
     /// The check finds the bug it is for: a failed read that keeps the arm "outstanding".
     #[test]
     fn keeping_the_arm_after_a_failed_read_is_caught() {
-        for mode in [SHARED, EXCLUSIVE] {
+        for mode in [SHARED, EXCLUSIVE, EXCLUSIVE_TAKING] {
             let (stuck, _) = explore(|_| {}, mode);
             let stuck = stuck.expect("the model misses the lost wake-up");
             assert!(stuck.armed && !stuck.hw_armed, "{mode:?}: {stuck:?}");
@@ -402,10 +501,24 @@ mod tests {
         let mode = Mode {
             skip_after_look: true,
             locked: false,
+            wake_read: WakeRead::No,
         };
         let (stuck, _) = explore(ArmState::event_read_failed, mode);
         let stuck = stuck.expect("the model misses the lost wake-up");
         assert!(stuck.cq > 0 && stuck.events == 0, "{stuck:?}");
+    }
+
+    /// A wake-up's take of the event must end the arm: the next wait would otherwise sleep
+    /// under an arm whose event is gone.
+    #[test]
+    fn taking_the_event_without_ending_the_arm_is_caught() {
+        let mode = Mode {
+            wake_read: WakeRead::TakeKeepingArm,
+            ..EXCLUSIVE
+        };
+        let (stuck, _) = explore(ArmState::event_read_failed, mode);
+        let stuck = stuck.expect("the model misses the lost wake-up");
+        assert!(stuck.armed && !stuck.hw_armed, "{stuck:?}");
     }
 }
 

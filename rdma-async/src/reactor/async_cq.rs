@@ -10,7 +10,11 @@
 //! Arming is a system call on some providers (an ioctl on rxe), so the queue is armed only when
 //! no arm is outstanding: an arm lasts until its event is read from the channel, or until
 //! arming or reading fails ([`ArmState`], which has the exhaustive interleaving check). A wait
-//! that sleeps under another waiter's arm is woken if that arm fails, and arms again.
+//! that sleeps under another waiter's arm is woken if that arm fails, and arms again. A stream
+//! whose reader reads until it finds nothing reads the event that woke it as soon as it is
+//! woken, before it looks ([`AsyncCq::take_wake_event`]), as C rsockets does: the read that
+//! finds nothing after it has handed up what woke it then only arms (a doorbell in user space on
+//! a NIC, an `ioctl` on rxe).
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -317,6 +321,36 @@ impl AsyncCq {
                 ChannelRead::Empty => {}
             }
         }
+    }
+
+    /// After a wait slept and was woken, before the woken task's first look at the queue:
+    /// takes the outstanding arm's event if it came, ending the arm, so that the next wait
+    /// arms again at once instead of reading the event first. That read (a system call) then
+    /// comes before the completions that woke the task are handed up, not after the task (an
+    /// HTTP client's connection, say) has acted on them and looks for more, when it is one
+    /// more system call between the answer and the connection being ready for the next
+    /// request. Nothing happens when the event has not come (a wake-up by something else: the
+    /// arm stands).
+    ///
+    /// For waiters that take turns under one lock, which the caller holds (a stream's sides,
+    /// whose driver does this for a reader that reads until it finds nothing).
+    ///
+    /// # Errors
+    ///
+    /// Reading the channel failed; the arm is over, and the next wait arms again.
+    pub(crate) fn take_wake_event(&self, waiter: &CqWaiter) -> io::Result<()> {
+        if !self.arm.is_armed() {
+            return Ok(());
+        }
+        match waiter.try_event(&self.cq) {
+            ChannelRead::Event => self.arm.event_read(),
+            ChannelRead::Empty => {}
+            ChannelRead::Failed(e) => {
+                self.arm.event_read_failed();
+                return Err(e);
+            }
+        }
+        Ok(())
     }
 
     /// `n` completions were found for a wait: it is over.

@@ -44,18 +44,37 @@ impl CqWaiter {
                 // Events are read from the channel itself; any waiter's registration reports
                 // them. One arm raises one event, and the next arm comes after this read, so
                 // the channel holds at most one.
-                let take = || {
-                    cq.channel().get_event()?;
-                    cq.count_event();
-                    Ok(())
-                };
-                Poll::Ready(Ok(match ready!(waiter.poll_take(cx, take))? {
-                    Ok(true) => ChannelRead::Event,
-                    Ok(false) => ChannelRead::Empty,
-                    Err(e) => ChannelRead::Failed(e),
-                }))
+                let take = || take_event(cq);
+                Poll::Ready(Ok(ChannelRead::from(ready!(waiter.poll_take(cx, take))?)))
             }
             CqWaiter::Routed(waiter) => waiter.poll_event(cx),
+        }
+    }
+
+    /// Takes an event of `cq` if the reactor has seen one come (or, on a shared channel, its
+    /// dispatcher routed one here), without registering a task: a look outside a wait.
+    pub(crate) fn try_event(&self, cq: &CompletionQueue) -> ChannelRead {
+        match self {
+            CqWaiter::Own(waiter) => ChannelRead::from(waiter.try_take(|| take_event(cq))),
+            CqWaiter::Routed(waiter) => waiter.try_event(),
+        }
+    }
+}
+
+/// Reads one event of `cq` from its own channel (non-blocking) and counts it for acking.
+fn take_event(cq: &CompletionQueue) -> io::Result<()> {
+    cq.channel().get_event()?;
+    cq.count_event();
+    Ok(())
+}
+
+impl From<io::Result<bool>> for ChannelRead {
+    /// What a take from the channel ([`FdWaiter::try_take`]) found.
+    fn from(took: io::Result<bool>) -> Self {
+        match took {
+            Ok(true) => ChannelRead::Event,
+            Ok(false) => ChannelRead::Empty,
+            Err(e) => ChannelRead::Failed(e),
         }
     }
 }

@@ -244,6 +244,31 @@ impl FdWaiter {
             .map_err(|e| runtime_gone(&e))
     }
 
+    /// Takes what the descriptor holds with `take` if the reactor has seen it readable, with
+    /// no task registered and no slot touched: whether `take` took something. For a look
+    /// outside a wait (a wake-up's re-arm); a wait registers through [`Self::poll_take`].
+    ///
+    /// # Errors
+    ///
+    /// Those of `take`, other than `WouldBlock`.
+    pub(crate) fn try_take(&self, mut take: impl FnMut() -> io::Result<()>) -> io::Result<bool> {
+        // A take that succeeds reports `WouldBlock` to Tokio, which then clears the readiness
+        // of the very tick this look read (an edge after it stays).
+        let mut took = false;
+        let read = self.slot.owner.fd.try_io(Interest::READABLE, |_| {
+            take()?;
+            took = true;
+            Err::<(), _>(io::ErrorKind::WouldBlock.into())
+        });
+        match read {
+            _ if took => Ok(true),
+            Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
+            // Not readable, or read empty (which cleared the readiness). (The closure never
+            // returns `Ok`.)
+            _ => Ok(false),
+        }
+    }
+
     /// Takes what the descriptor holds with `take` (a non-blocking read of it, which fails
     /// with `WouldBlock` when nothing is there), or waits until it is readable: `Ready` with
     /// whether `take` took something (`Ok(false)`: it found nothing, another waiter took it),
@@ -271,22 +296,11 @@ impl FdWaiter {
         // comes after this look is seen by the look after the slot is taken.
         let wakes = shared.fanout.wakes.load(Ordering::Relaxed);
         if self.wakes_seen.swap(wakes, Ordering::Relaxed) != wakes {
-            // A take that succeeds reports `WouldBlock` to Tokio, which then clears the
-            // readiness of the very tick this look read (an edge after it stays).
-            let mut took = false;
-            let read = shared.fd.try_io(Interest::READABLE, |_| {
-                take()?;
-                took = true;
-                Err::<(), _>(io::ErrorKind::WouldBlock.into())
-            });
-            if took {
-                return Poll::Ready(Ok(Ok(true)));
-            }
-            match read {
-                Err(e) if e.kind() != io::ErrorKind::WouldBlock => return Poll::Ready(Ok(Err(e))),
-                // Not readable, or read empty (which cleared the readiness): wait. (The
-                // closure never returns `Ok`.)
-                _ => {}
+            match self.try_take(&mut take) {
+                Ok(true) => return Poll::Ready(Ok(Ok(true))),
+                Err(e) => return Poll::Ready(Ok(Err(e))),
+                // Not readable, or read empty (which cleared the readiness): wait.
+                Ok(false) => {}
             }
         }
         let mut guard = ready!(self.poll_registered(cx))?;
@@ -426,6 +440,38 @@ mod tests {
             woken.get(),
             2,
             "a new byte is a new edge: the slot is woken again"
+        );
+    }
+
+    /// A take outside a wait reads only what the reactor has reported, and leaves every
+    /// waiting slot as it was: another waiter asleep in its slot is still woken by the next
+    /// byte.
+    #[test]
+    fn a_take_outside_a_wait_reads_only_what_was_reported_and_registers_nothing() {
+        let mut socket = Socket::new();
+        let (taker, sleeper) = (socket.shared.waiter(), socket.shared.waiter());
+        let take = |socket: &Socket| {
+            taker.try_take(|| {
+                socket.takes.set(socket.takes.get() + 1);
+                (&socket.reader).read_exact(&mut [0u8])
+            })
+        };
+        assert!(!take(&socket).unwrap(), "nothing written yet");
+        assert_eq!(socket.takes.get(), 0, "a read with nothing reported");
+        let (woken, task) = counter();
+        assert!(socket.poll_take(&sleeper, &task).is_pending());
+        socket.write(7);
+        assert_eq!(woken.get(), 1);
+        assert!(take(&socket).unwrap(), "the reported byte");
+        assert_eq!(socket.takes.get(), 1);
+        assert!(!take(&socket).unwrap(), "taken already");
+        assert_eq!(socket.takes.get(), 1, "its readiness went with it");
+        assert!(socket.poll_take(&sleeper, &task).is_pending());
+        socket.write(8);
+        assert_eq!(
+            woken.get(),
+            2,
+            "the sleeping slot is woken by the next byte"
         );
     }
 

@@ -263,6 +263,16 @@ impl RoutedWaiter {
         }
         Poll::Pending
     }
+
+    /// Takes the queue's routed event if one came, without registering a task: a look outside
+    /// a wait.
+    pub(crate) fn try_event(&self) -> ChannelRead {
+        if self.slot.owner.pending.swap(false, Ordering::AcqRel) {
+            ChannelRead::Event
+        } else {
+            ChannelRead::Empty
+        }
+    }
 }
 
 #[cfg(test)]

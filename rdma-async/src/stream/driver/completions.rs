@@ -38,6 +38,16 @@ impl<D: StreamDevice> StreamCore<D> {
         mut unit_held: bool,
     ) -> Poll<io::Result<()>> {
         let mut batch = CompletionBatch::<BATCH>::new();
+        // The first look after a sleep, by a reader that reads until it finds nothing: the
+        // event's read comes now, not in that read's wait, which the caller makes after handing
+        // up what this finds (`CoreState::reads_until_empty`). A failure leaves no arm
+        // outstanding: the next wait arms again, and what the queue holds is handled first.
+        if std::mem::take(&mut state.slept)
+            && state.reads_until_empty
+            && let Err(e) = self.device.take_wake_event()
+        {
+            tracing::debug!(parent: self.device.span(), error = %e, "reading the wake-up's event failed");
+        }
         for _ in 0..PUMP_BATCHES {
             let coop = match cx.as_deref_mut() {
                 Some(_) if std::mem::take(&mut unit_held) => None,

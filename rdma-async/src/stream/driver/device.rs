@@ -165,6 +165,15 @@ pub(in crate::stream) trait StreamDevice {
     /// connection is closed; see [`ConnWaiter::poll_wait`].
     fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken>;
 
+    /// A wait slept and was woken: before the first look at the queue after it, takes the
+    /// arm's event if it came, so that the next wait need not read it before it arms; see
+    /// [`AsyncCq::take_wake_event`](crate::reactor::AsyncCq::take_wake_event).
+    ///
+    /// # Errors
+    ///
+    /// Reading the completion channel failed.
+    fn take_wake_event(&self) -> io::Result<()>;
+
     /// The connection's tracing span.
     fn span(&self) -> &tracing::Span;
 
@@ -345,6 +354,12 @@ impl StreamDevice for VerbsDevice {
     fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken> {
         let waiter = &self.waiters[wait.side as usize];
         waiter.poll_wait(&self.cq, Some(&self.link), wait.cx, out, wait.hints)
+    }
+
+    #[inline]
+    fn take_wake_event(&self) -> io::Result<()> {
+        // Any waiter reads the queue's channel; the reading side's is as good as the other.
+        self.waiters[Side::Read as usize].take_wake_event(&self.cq)
     }
 
     #[inline]

@@ -107,6 +107,17 @@ struct CoreState {
     /// under it) found the queue empty: it returned less than a full batch. A wait then need
     /// not look again under an arm made earlier ([`WaitHints::exclusive`](crate::reactor::WaitHints::exclusive)).
     queue_empty: bool,
+    /// A wait went to sleep and no look has been made since: the next look first takes the
+    /// event that woke it ([`StreamDevice::take_wake_event`]) if `reads_until_empty`.
+    slept: bool,
+    /// The last call that moved bytes was a read that took some.
+    took_bytes: bool,
+    /// The reader reads until it finds nothing (hyper's does): after it took bytes, its next
+    /// read slept, with no write in between (a ping-pong writes first). Its wake-ups then take
+    /// their event before the bytes are handed up, so that the read that finds nothing after
+    /// them only arms ([`StreamDevice::take_wake_event`]); a ping-pong's reader reads it as its
+    /// next wait starts, which gives the answer that much longer to come before it sleeps.
+    reads_until_empty: bool,
     /// The yields of the current wait for completions, by either side.
     yields: WaitYields,
 }
@@ -170,6 +181,9 @@ impl<D: StreamDevice> StreamCore<D> {
                 abandoned: HashSet::new(),
                 post_failed: false,
                 queue_empty: false,
+                slept: false,
+                took_bytes: false,
+                reads_until_empty: false,
                 yields: WaitYields::default(),
             }),
         };

@@ -73,6 +73,9 @@ impl<D: StreamDevice> StreamCore<D> {
             (offset, piece) = (0, left);
         }
         if !peek {
+            if taken > 0 {
+                state.took_bytes = true;
+            }
             state.conn.consume(taken).map_err(io::Error::from)?;
             state.stats.bytes_received += taken as u64;
             // Consuming is what returns credits and buffer halves to the peer. If posting them

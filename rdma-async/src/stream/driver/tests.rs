@@ -313,6 +313,82 @@ async fn a_reader_polled_again_before_a_wake_up_does_not_look() {
     assert_eq!(&buf[..n], b"wake");
 }
 
+/// A reader that reads until it finds nothing, woken after a sleep, takes the event that woke it
+/// before its first look, so that read comes before the bytes are handed up (not in the wait
+/// after them); a read that finds bytes without sleeping, and the reads after the woken one,
+/// take none.
+#[tokio::test(flavor = "current_thread")]
+async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_sleep() {
+    let (a, b, wire) = connected(Config::new());
+    write_all(&a, b"first").await.expect("writing");
+    let got = timeout(GUARD, read_exact(&b, 5))
+        .await
+        .expect("reading hung");
+    assert_eq!(got.expect("reading"), b"first");
+    assert_eq!(
+        wire.wake_event_takes(1),
+        [],
+        "a read that found bytes took an event"
+    );
+    let mut buf = [0u8; 16];
+    let mut reader = Box::pin(read_some(&b, &mut buf));
+    assert!(poll_once(&mut reader).await.is_pending(), "nothing to read");
+    let slept_after = wire.looks(1);
+    write_all(&a, b"wake").await.expect("writing");
+    let n = timeout(GUARD, &mut reader)
+        .await
+        .expect("reading hung")
+        .expect("reading");
+    drop(reader);
+    assert_eq!(&buf[..n], b"wake");
+    assert_eq!(
+        wire.wake_event_takes(1),
+        [slept_after],
+        "the woken reader looked before it took the event, or took more than once"
+    );
+    assert!(wire.looks(1) > slept_after, "the woken reader never looked");
+    write_all(&a, b"more").await.expect("writing");
+    let got = timeout(GUARD, read_exact(&b, 4))
+        .await
+        .expect("reading hung");
+    assert_eq!(got.expect("reading"), b"more");
+    assert_eq!(
+        wire.wake_event_takes(1).len(),
+        1,
+        "a read after the wake-up took an event"
+    );
+}
+
+/// A ping-pong's reader (it writes after each read that took bytes) leaves the event to its next
+/// wait, as before: reading it there gives the answer that much longer to come before the wait
+/// sleeps.
+#[tokio::test(flavor = "current_thread")]
+async fn a_ping_pong_reader_leaves_the_event_to_its_next_wait() {
+    let (a, b, wire) = connected(Config::new());
+    for round in 0..3u8 {
+        let mut buf = [0u8; 16];
+        let mut reader = Box::pin(read_some(&b, &mut buf));
+        assert!(poll_once(&mut reader).await.is_pending(), "nothing to read");
+        write_all(&a, &[round; 4]).await.expect("writing");
+        let n = timeout(GUARD, &mut reader)
+            .await
+            .expect("reading hung")
+            .expect("reading");
+        drop(reader);
+        assert_eq!(&buf[..n], [round; 4]);
+        write_all(&b, b"pong").await.expect("answering");
+        let got = timeout(GUARD, read_exact(&a, 4))
+            .await
+            .expect("reading hung");
+        assert_eq!(got.expect("reading the answer"), b"pong");
+    }
+    assert_eq!(
+        wire.wake_event_takes(1),
+        [],
+        "a reader that writes after each read took its wake-ups' events"
+    );
+}
+
 #[tokio::test(flavor = "current_thread")]
 async fn control_messages_flow_while_completions_are_held_back() {
     let (a, b, wire) = connected(Config::new());

@@ -112,8 +112,16 @@ impl<D: StreamDevice> StreamCore<D> {
         };
         let registered = waiter.take().is_none();
         let polled = match polled {
-            // Slept.
-            Poll::Pending => return Poll::Pending,
+            // Slept (a wait that yields or runs out of budget registers nothing).
+            Poll::Pending => {
+                if registered {
+                    state.slept = true;
+                    if side == Side::Read && std::mem::take(&mut state.took_bytes) {
+                        state.reads_until_empty = true;
+                    }
+                }
+                return Poll::Pending;
+            }
             Poll::Ready(woken) => woken,
         };
         if mark_blocked && registered {

@@ -27,6 +27,10 @@ impl<D: StreamDevice> StreamCore<D> {
         unit: &mut Option<RestoreOnPending>,
     ) -> Poll<io::Result<usize>> {
         let mut state = self.lock();
+        // Written to right after taking bytes: not a reader that reads until it finds nothing.
+        if std::mem::take(&mut state.took_bytes) {
+            state.reads_until_empty = false;
+        }
         // The call's buffers are one run of bytes (see `Gather`): rsockets ramps chunk sizes up
         // from 2 KiB in every write call; we send the largest chunks at once (fewer work
         // requests; the peer cannot tell the difference).

@@ -78,6 +78,8 @@ struct End {
     fail_next_poll: bool,
     /// Looks at the completion queue (polls and waits).
     looks: u64,
+    /// For each take of a wake-up's event, the looks made before it.
+    wake_event_takes: Vec<u64>,
     /// The wakers of the reading and the writing side's waits.
     wakers: [Option<Waker>; 2],
     /// Memory windows bound: (window, buffer, range, key).
@@ -277,6 +279,11 @@ impl FakeWire {
     #[cfg(test)]
     pub(super) fn looks(&self, end: usize) -> u64 {
         lock(&self.shared).ends[end].looks
+    }
+
+    /// For each take of a wake-up's event at `end`, how many looks came before it.
+    pub(super) fn wake_event_takes(&self, end: usize) -> Vec<u64> {
+        lock(&self.shared).ends[end].wake_event_takes.clone()
     }
 
     /// Memory window binds `end` posted.
@@ -480,6 +487,14 @@ impl StreamDevice for FakeDevice {
         }
         end.wakers[wait.side as usize] = Some(wait.cx.waker().clone());
         Poll::Pending
+    }
+
+    fn take_wake_event(&self) -> io::Result<()> {
+        // The fake wakes its waiters directly, with no event to take: it only records when.
+        let mut shared = lock(&self.shared);
+        let end = &mut shared.ends[self.end];
+        end.wake_event_takes.push(end.looks);
+        Ok(())
     }
 
     fn span(&self) -> &tracing::Span {
