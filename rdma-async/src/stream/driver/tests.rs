@@ -313,6 +313,38 @@ async fn a_reader_polled_again_before_a_wake_up_does_not_look() {
     assert_eq!(&buf[..n], b"wake");
 }
 
+/// `len` bytes read from `core`, within the hang guard.
+async fn read_within_guard(core: &Core, len: usize) -> Vec<u8> {
+    timeout(GUARD, read_exact(core, len))
+        .await
+        .expect("reading hung")
+        .expect("reading")
+}
+
+/// A read on `reader` (end `end` of `wire`) with nothing there sleeps; `writer` then writes
+/// `bytes`, which the woken read returns whole. Returns the looks `end` had made when the read
+/// went to sleep.
+async fn read_woken_by(
+    reader: &Core,
+    writer: &Core,
+    wire: &FakeWire,
+    end: usize,
+    bytes: &[u8],
+) -> u64 {
+    let mut buf = [0u8; 16];
+    let mut read = Box::pin(read_some(reader, &mut buf));
+    assert!(poll_once(&mut read).await.is_pending(), "nothing to read");
+    let slept_after = wire.looks(end);
+    write_all(writer, bytes).await.expect("writing");
+    let n = timeout(GUARD, &mut read)
+        .await
+        .expect("reading hung")
+        .expect("reading");
+    drop(read);
+    assert_eq!(&buf[..n], bytes);
+    slept_after
+}
+
 /// A reader that reads until it finds nothing, woken after a sleep, takes the event that woke it
 /// before its first look, so that read comes before the bytes are handed up (not in the wait
 /// after them); a read that finds bytes without sleeping, and the reads after the woken one,
@@ -321,26 +353,13 @@ async fn a_reader_polled_again_before_a_wake_up_does_not_look() {
 async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_sleep() {
     let (a, b, wire) = connected(Config::new());
     write_all(&a, b"first").await.expect("writing");
-    let got = timeout(GUARD, read_exact(&b, 5))
-        .await
-        .expect("reading hung");
-    assert_eq!(got.expect("reading"), b"first");
+    assert_eq!(read_within_guard(&b, 5).await, b"first");
     assert_eq!(
         wire.wake_event_takes(1),
         [],
         "a read that found bytes took an event"
     );
-    let mut buf = [0u8; 16];
-    let mut reader = Box::pin(read_some(&b, &mut buf));
-    assert!(poll_once(&mut reader).await.is_pending(), "nothing to read");
-    let slept_after = wire.looks(1);
-    write_all(&a, b"wake").await.expect("writing");
-    let n = timeout(GUARD, &mut reader)
-        .await
-        .expect("reading hung")
-        .expect("reading");
-    drop(reader);
-    assert_eq!(&buf[..n], b"wake");
+    let slept_after = read_woken_by(&b, &a, &wire, 1, b"wake").await;
     assert_eq!(
         wire.wake_event_takes(1),
         [slept_after],
@@ -348,10 +367,7 @@ async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_s
     );
     assert!(wire.looks(1) > slept_after, "the woken reader never looked");
     write_all(&a, b"more").await.expect("writing");
-    let got = timeout(GUARD, read_exact(&b, 4))
-        .await
-        .expect("reading hung");
-    assert_eq!(got.expect("reading"), b"more");
+    assert_eq!(read_within_guard(&b, 4).await, b"more");
     assert_eq!(
         wire.wake_event_takes(1).len(),
         1,
@@ -366,21 +382,9 @@ async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_s
 async fn a_ping_pong_reader_leaves_the_event_to_its_next_wait() {
     let (a, b, wire) = connected(Config::new());
     for round in 0..3u8 {
-        let mut buf = [0u8; 16];
-        let mut reader = Box::pin(read_some(&b, &mut buf));
-        assert!(poll_once(&mut reader).await.is_pending(), "nothing to read");
-        write_all(&a, &[round; 4]).await.expect("writing");
-        let n = timeout(GUARD, &mut reader)
-            .await
-            .expect("reading hung")
-            .expect("reading");
-        drop(reader);
-        assert_eq!(&buf[..n], [round; 4]);
+        read_woken_by(&b, &a, &wire, 1, &[round; 4]).await;
         write_all(&b, b"pong").await.expect("answering");
-        let got = timeout(GUARD, read_exact(&a, 4))
-            .await
-            .expect("reading hung");
-        assert_eq!(got.expect("reading the answer"), b"pong");
+        assert_eq!(read_within_guard(&a, 4).await, b"pong");
     }
     assert_eq!(
         wire.wake_event_takes(1),
