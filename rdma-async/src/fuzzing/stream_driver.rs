@@ -30,10 +30,11 @@
 //! - ring space and queue entries: a sender's free send-ring bytes and free data send-queue
 //!   entries never exceed the ring and the queue, a receiver's ungranted ring bytes never
 //!   exceed its ring;
-//! - receives: every receive of an end is either posted or its completion is queued (being
-//!   handled), never lost and never both: the two add up to the receive queue's depth while
-//!   the end is connected, and never exceed it (after the end's connection ended it stops
-//!   reposting, as C does);
+//! - receives: every receive of an end is posted, or its completion is queued (being handled),
+//!   or it is consumed and held back by the driver to go back with others (fewer than the
+//!   spares the queue holds beyond the credits), never lost and never two of these: the three
+//!   add up to the receive queue's depth while the end is connected, and never exceed it (after
+//!   the end's connection ended it stops reposting, as C does);
 //! - the send queue: the send work requests the fake holds (posted, and neither their own
 //!   completion nor a later one polled, as a device frees entries) never exceed its depth.
 //!
@@ -49,7 +50,7 @@ use tokio::io::ReadBuf;
 
 use super::input::Input;
 use crate::proto::Config;
-use crate::stream::FakeStreams;
+use crate::stream::{FakeStreams, SPARE_RECVS};
 
 /// At most this many steps of an input are run (a bigger input is the same run).
 const MAX_STEPS: usize = 512;
@@ -344,15 +345,21 @@ impl Run {
                 );
             });
             let queues = self.streams.wire().queues(end);
-            let receives = queues.recvs_posted + queues.recv_completions;
+            let unposted = self.streams.unposted_recvs(end);
+            assert!(
+                unposted < SPARE_RECVS,
+                "end {end}: {unposted} consumed receives held back, beyond the spares"
+            );
+            let receives = queues.recvs_posted + queues.recv_completions + unposted;
             assert!(
                 receives <= queues.rq_depth,
-                "end {end}: {queues:?}: receives posted or completed beyond the queue"
+                "end {end}: {queues:?}: receives posted, completed or held back beyond the queue"
             );
             if self.streams.look(end, |c| c.is_connected()) {
                 assert_eq!(
                     receives, queues.rq_depth,
-                    "end {end}: {queues:?}: a receive was lost while connected"
+                    "end {end}: {queues:?}, {unposted} held back: a receive was lost while \
+                     connected"
                 );
             }
             assert!(

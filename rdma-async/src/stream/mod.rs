@@ -138,7 +138,7 @@ mod stats;
 
 /// Two drivers over the in-process fake device, for the fuzz harness (`crate::fuzzing`).
 #[cfg(any(test, rdma_async_fuzzing))]
-pub(crate) use driver::FakeStreams;
+pub(crate) use driver::{FakeStreams, SPARE_RECVS};
 pub use lent_bytes::LentBytes;
 pub use listener::{Incoming, RListener};
 pub use options::RStreamOptions;

@@ -118,7 +118,9 @@ impl RStreamOptions {
         self
     }
 
-    /// Receive queue depth, which is also the credits granted to the peer (`RDMA_RQSIZE`).
+    /// Receive queue depth, which is also the credits granted to the peer (`RDMA_RQSIZE`). The
+    /// queue pair's receive queue holds up to 8 receives more, as many as the device's
+    /// `max_qp_wr` allows, so that consumed ones go back to it in batches.
     pub fn rq_size(mut self, depth: u32) -> Self {
         self.queue.recv_depth = depth;
         self

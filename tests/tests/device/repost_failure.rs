@@ -23,13 +23,14 @@ fn assert_repost_cause(what: &str, err: &io::Error) {
 async fn a_failed_receive_repost_ends_the_stream_with_its_cause() {
     let (mut server, mut client) = stream_pair(RStreamOptions::new()).await;
     stream::hooks::fail_next_post_recv(&server);
-    // Each write reaches the server as a write with immediate, whose receive is posted again.
-    let sent: Vec<u8> = (0..4u8).flat_map(|i| [i; 100]).collect();
+    // Each write reaches the server as a write with immediate, whose receive is posted again
+    // with others, in a chain of 8: twelve writes make at least one such post.
+    let sent: Vec<u8> = (0..12u8).flat_map(|i| [i; 100]).collect();
     for chunk in sent.chunks(100) {
         guard("a write", client.write_all(chunk)).await.unwrap();
     }
-    // The receives of a batch of completions are posted again together, once the batch is
-    // handled: what that batch delivered is read, in order, then the failure.
+    // Receives are posted again once the batch that brought them to 8 is handled: what was
+    // delivered up to then is read, in order, then the failure.
     let mut received = Vec::new();
     let mut buf = [0u8; 400];
     let first = loop {

@@ -154,11 +154,16 @@ impl<D: StreamDevice> StreamCore<D> {
                 }
             }
         }
-        // The batch's receives go back with one post, before any control message that
-        // returns their credits. If they cannot be posted the connection ends there: what the
-        // batch delivered is still read first, then the failure, by every reader and writer.
-        if let Err(e) = self.device.post_empty_recvs(WR_ID_RECV_FLAG, reposts) {
-            self.fatal(state, e);
+        // Consumed receives go back with one post once there are `repost_batch` of them, before
+        // any control message that returns their credits; the spares cover those held back.
+        // If they cannot be posted the connection ends there: what the batch delivered is
+        // still read first, then the failure, by every reader and writer.
+        state.unposted_recvs += reposts;
+        if state.unposted_recvs >= state.repost_batch {
+            let count = std::mem::take(&mut state.unposted_recvs);
+            if let Err(e) = self.device.post_empty_recvs(WR_ID_RECV_FLAG, count) {
+                self.fatal(state, e);
+            }
         }
         // Most streams never attach a buffer: the empty case costs no call.
         if !state.attached.is_empty() {

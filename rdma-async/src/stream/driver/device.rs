@@ -161,6 +161,10 @@ pub(in crate::stream) trait StreamDevice {
     /// How many completions the completion queue holds at most.
     fn queue_capacity(&self) -> usize;
 
+    /// How many receives the receive queue holds beyond the `rq_size` the credits cover
+    /// ([`SPARE_RECVS`](super::SPARE_RECVS), or fewer where the device allows no more).
+    fn spare_recvs(&self) -> usize;
+
     /// Waits, as `wait.side`'s waiter, until completions come (copied into `out`) or the
     /// connection is closed; see [`ConnWaiter::poll_wait`].
     fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken>;
@@ -210,6 +214,7 @@ pub(in crate::stream) struct VerbsDevice {
     pub(super) cq: AsyncCq,
     /// The reading and the writing side's registrations (indexed by [`Side`]).
     waiters: [ConnWaiter; 2],
+    spare_recvs: usize,
 }
 
 impl VerbsDevice {
@@ -226,6 +231,7 @@ impl VerbsDevice {
             qp: parts.qp,
             cq: parts.cq,
             waiters,
+            spare_recvs: parts.spare_recvs,
         };
         Ok((device, parts.conn))
     }
@@ -348,6 +354,10 @@ impl StreamDevice for VerbsDevice {
     #[inline]
     fn queue_capacity(&self) -> usize {
         self.cq.queue().capacity()
+    }
+
+    fn spare_recvs(&self) -> usize {
+        self.spare_recvs
     }
 
     #[inline]

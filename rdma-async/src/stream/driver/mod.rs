@@ -75,6 +75,11 @@ const CTRL_SLOTS: usize = 4;
 const BATCH: usize = 32;
 /// Batches one call handles at most when it has no task context to spend budget from.
 const PUMP_BATCHES: usize = 4;
+/// Receives a stream posts beyond the `rq_size` its credits cover (where the device allows), so
+/// that consumed ones can go back in chains of this many: a ping-pong's one receive a round trip
+/// was a call of the provider's `ibv_post_recv` to itself (as C's is). With fewer than that held
+/// back, the queue always holds at least as many receives as when each went back at once.
+pub(crate) const SPARE_RECVS: usize = 8;
 
 /// Which side of the stream is waiting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +125,11 @@ struct CoreState {
     reads_until_empty: bool,
     /// The yields of the current wait for completions, by either side.
     yields: WaitYields,
+    /// Receives consumed and not posted again yet: they go back once there are `repost_batch`.
+    unposted_recvs: usize,
+    /// The spare receives the queue holds beyond the credits ([`StreamDevice::spare_recvs`]),
+    /// at least 1: consumed receives go back in chains of this many.
+    repost_batch: usize,
 }
 
 /// One stream connection's queue pair, protocol state and wake-ups, over the device `D`
@@ -166,6 +176,7 @@ impl<D: StreamDevice> StreamCore<D> {
     /// connection data applied, the first receives posted).
     pub(in crate::stream) fn over(device: D, conn: Connection) -> io::Result<Self> {
         let wakers: [Arc<SideWakers>; 2] = Default::default();
+        let repost_batch = device.spare_recvs().max(1);
         let core = StreamCore {
             side_wakers: [wakers[0].waker(), wakers[1].waker()],
             wakers,
@@ -185,6 +196,8 @@ impl<D: StreamDevice> StreamCore<D> {
                 took_bytes: false,
                 reads_until_empty: false,
                 yields: WaitYields::default(),
+                unposted_recvs: 0,
+                repost_batch,
             }),
         };
         // The first SGL update (the second half of our ring) goes out at once.

@@ -13,7 +13,7 @@ use tokio::time::timeout;
 use crate::proto::{Config, Op};
 
 use super::fake::{FakeDevice, FakeWire, pair};
-use super::{StreamCore, StreamDevice};
+use super::{SPARE_RECVS, StreamCore, StreamDevice};
 
 /// A hang guard: every test finishes in far less.
 const GUARD: Duration = Duration::from_secs(10);
@@ -391,6 +391,52 @@ async fn a_ping_pong_reader_leaves_the_event_to_its_next_wait() {
         [],
         "a reader that writes after each read took its wake-ups' events"
     );
+}
+
+/// A ping-pong's receives go back to the queue in chains of [`SPARE_RECVS`], one post for that
+/// many messages rather than one each, and the queue never holds fewer receives than the
+/// credits it granted cover.
+#[tokio::test(flavor = "current_thread")]
+async fn consumed_receives_go_back_in_chains_and_the_credits_stay_covered() {
+    let config = Config::new();
+    let (a, b, wire) = connected(config);
+    let posts_before = wire.queues(1).recv_posts;
+    let rounds = 5 * SPARE_RECVS + 3;
+    timeout(GUARD, async {
+        for round in 0..rounds {
+            let ping = [round as u8];
+            write_all(&a, &ping).await.expect("pinging");
+            assert_eq!(read_exact(&b, 1).await.expect("reading the ping"), ping);
+            let queues = wire.queues(1);
+            let unposted = b.lock().unposted_recvs;
+            let in_queue = queues.recvs_posted + queues.recv_completions;
+            assert!(
+                unposted < SPARE_RECVS,
+                "round {round}: {unposted} receives held back"
+            );
+            assert!(
+                in_queue >= config.rq_size() as usize,
+                "round {round}: {queues:?}: fewer receives than the credits cover"
+            );
+            assert_eq!(
+                in_queue + unposted,
+                queues.rq_depth,
+                "round {round}: {queues:?}, {unposted} held back: a receive was lost"
+            );
+            write_all(&b, b"p").await.expect("ponging");
+            assert_eq!(read_exact(&a, 1).await.expect("reading the pong"), b"p");
+        }
+    })
+    .await
+    .expect("the ping-pong hung");
+    let consumed = b.lock().stats.recv_completions as usize;
+    assert!(consumed >= rounds, "{consumed} receives for {rounds} pings");
+    assert_eq!(
+        wire.queues(1).recv_posts - posts_before,
+        (consumed / SPARE_RECVS) as u64,
+        "{consumed} consumed receives did not go back in chains of {SPARE_RECVS}"
+    );
+    assert_eq!(b.lock().unposted_recvs, consumed % SPARE_RECVS);
 }
 
 #[tokio::test(flavor = "current_thread")]

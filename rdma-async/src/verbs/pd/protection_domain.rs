@@ -8,7 +8,7 @@ use rdma_async_sys as sys;
 
 use crate::error;
 use crate::verbs::cm::CmId;
-use crate::verbs::device::{CmDevices, device_name};
+use crate::verbs::device::{CmDevices, DeviceLimits, device_name};
 
 /// An owned protection domain on one device context of librdmacm.
 ///
@@ -79,6 +79,12 @@ impl ProtectionDomain {
     /// The name of the domain's device.
     pub(crate) fn device_name(&self) -> &str {
         &self.device
+    }
+
+    /// The most work requests a queue of the domain's device holds (`max_qp_wr`, queried:
+    /// a system call), or `None` when the query fails.
+    pub(crate) fn max_qp_wr(&self) -> Option<u32> {
+        DeviceLimits::of(self.context).map(|limits| limits.max_qp_wr.max(0) as u32)
     }
 
     /// Whether `id` is bound to this domain's device, so its queue pair may use the domain.

@@ -34,7 +34,7 @@ use crate::reactor::{BeforeSleep, WaitYields};
 use crate::verbs::{CompletionBatch, PolledCompletion, UserBuffer, WorkCompletion};
 
 use super::device::SideWait;
-use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, StreamCore, StreamDevice};
+use super::{BATCH, CTRL_SLOT, CTRL_SLOTS, SPARE_RECVS, StreamCore, StreamDevice};
 
 /// Where each end's receive ring and target SGL seem to be, and their keys (plus the end's
 /// index): what the peer's RDMA writes name.
@@ -72,6 +72,8 @@ struct End {
     sq_depth: usize,
     /// The receive queue's depth: receives posted at the start.
     rq_depth: usize,
+    /// Calls that posted receives.
+    recv_posts: u64,
     /// While set, polls find no completions (they stay queued).
     held: bool,
     fail_next_post: bool,
@@ -102,6 +104,8 @@ pub(crate) struct FakeQueues {
     pub(crate) unreceived: usize,
     /// The receive queue's depth.
     pub(crate) rq_depth: usize,
+    /// Calls that posted receives.
+    pub(crate) recv_posts: u64,
     /// Send work requests occupying the send queue now, and the most ever.
     pub(crate) sends_outstanding: usize,
     pub(crate) sends_outstanding_max: usize,
@@ -269,6 +273,7 @@ impl FakeWire {
                 .count(),
             unreceived: end.unreceived.len(),
             rq_depth: end.rq_depth,
+            recv_posts: end.recv_posts,
             sends_outstanding: end.sends_outstanding,
             sends_outstanding_max: end.sends_outstanding_max,
             sq_depth: end.sq_depth,
@@ -282,6 +287,7 @@ impl FakeWire {
     }
 
     /// For each take of a wake-up's event at `end`, how many looks came before it.
+    #[cfg(test)]
     pub(super) fn wake_event_takes(&self, end: usize) -> Vec<u64> {
         lock(&self.shared).ends[end].wake_event_takes.clone()
     }
@@ -337,19 +343,19 @@ fn pair_from(
         ];
         // No windows on the fake (no lending ring): the send queue is `sq_size` deep.
         state.ends[end].sq_depth = config.sq_size() as usize;
-        state.ends[end].rq_depth = config.rq_size() as usize;
+        state.ends[end].rq_depth = config.rq_size() as usize + SPARE_RECVS;
         drop(state);
         FakeDevice {
             shared: shared.clone(),
             end,
             max_inline: config.inline_size() as usize,
-            capacity: (config.sq_size() + config.rq_size()) as usize,
+            capacity: (config.sq_size() + config.rq_size()) as usize + SPARE_RECVS,
             span: tracing::Span::none(),
         }
     });
     // As `setup::build` does: every receive is posted before the peer can send anything.
     for device in &devices {
-        device.post_empty_recvs(WR_ID_RECV_FLAG, config.rq_size() as usize)?;
+        device.post_empty_recvs(WR_ID_RECV_FLAG, config.rq_size() as usize + SPARE_RECVS)?;
     }
     let [conn_a, conn_b] = conns;
     let [device_a, device_b] = devices;
@@ -387,6 +393,7 @@ impl StreamDevice for FakeDevice {
             let end = &mut shared.ends[self.end];
             end.recv_wr_id = wr_id;
             end.recvs += count;
+            end.recv_posts += 1;
             end.deliver_unreceived();
             end.deliver_flood();
             end.take_wakers().collect()
@@ -463,6 +470,10 @@ impl StreamDevice for FakeDevice {
 
     fn queue_capacity(&self) -> usize {
         self.capacity
+    }
+
+    fn spare_recvs(&self) -> usize {
+        SPARE_RECVS
     }
 
     fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken> {

@@ -43,6 +43,11 @@ impl FakeStreams {
         look(&self.ends[end].lock().conn)
     }
 
+    /// Receives `end`'s driver consumed and holds back, to post with later ones.
+    pub(crate) fn unposted_recvs(&self, end: usize) -> usize {
+        self.ends[end].lock().unposted_recvs
+    }
+
     /// `StreamCore::poll_write` of `end`.
     pub(crate) fn poll_write(
         &self,
