@@ -284,21 +284,25 @@ impl FdWaiter {
         let mut fanout = Context::from_waker(&shared.fanout_waker);
         // The reactor keeps one waker: the task's own while no other slot holds one, else
         // the fan-out's. A task that takes a slot after this one found itself alone
-        // registers the fan-out's waker after it counted its slot (`Fanout::set`); if its
-        // registration came first, this one replaces it, and then its count is seen below
-        // (the reactor's registrations are ordered by its lock), and the fan-out's waker is
-        // put back. Either way the reactor ends up holding the fan-out's waker, which wakes
-        // both slots.
+        // registers the fan-out's waker after it counted its slot (`Fanout::set`). If its
+        // registration came first, this one replaced it, and then its count is seen below
+        // (the reactor's registrations are ordered by its lock): the fan-out's waker goes
+        // back, and if the descriptor turned readable meanwhile, the reactor may have woken
+        // this task alone, so the fan-out wakes every slot itself. Either way each waiting
+        // slot is woken by the next readiness.
         let ready = if self.slot.set(cx.waker()) {
-            match shared.fd.poll_read_ready(cx) {
-                Poll::Pending if shared.fanout.holding.load(Ordering::SeqCst) > 1 => {
-                    shared.fd.poll_read_ready(&mut fanout)
+            let alone = shared.fd.poll_read_ready(cx);
+            if shared.fanout.holding.load(Ordering::SeqCst) > 1 {
+                let fanned_out = shared.fd.poll_read_ready(&mut fanout);
+                if fanned_out.is_ready() {
+                    shared.fanout_waker.wake_by_ref();
                 }
-                Poll::Pending => {
+                fanned_out
+            } else {
+                if alone.is_pending() {
                     self.registered_alone.store(true, Ordering::Relaxed);
-                    Poll::Pending
                 }
-                ready => ready,
+                alone
             }
         } else {
             shared.fd.poll_read_ready(&mut fanout)
@@ -622,6 +626,97 @@ mod tests {
             1,
             "the lone waiter's wake-up skips the fan-out"
         );
+    }
+
+    /// Two tasks on two worker threads wait on one descriptor, each in its own slot, both
+    /// registered before each byte comes, so the registration goes back and forth between a
+    /// lone task's waker and the fan-out's: every round, both must be woken.
+    #[test]
+    fn every_task_waiting_on_a_descriptor_is_woken_by_its_readiness() {
+        const ROUNDS: usize = 500;
+        /// What a waiting task reports.
+        enum Report {
+            /// It looked, found the descriptor not readable, and is registered.
+            Waiting,
+            /// It was woken and found it readable.
+            Saw,
+        }
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let (watched, mut peer) = UnixStream::pair().unwrap();
+        watched.set_nonblocking(true).unwrap();
+        let reader = watched.try_clone().unwrap();
+        let shared = {
+            let _entered = rt.enter();
+            SharedFd::register(ChannelFd::new(Arc::new(OwnedFd::from(watched)))).unwrap()
+        };
+        let (round, rounds) = tokio::sync::watch::channel(0);
+        let (report, mut reports) = tokio::sync::mpsc::unbounded_channel();
+        let tasks: Vec<_> = (0..2)
+            .map(|_| {
+                let (waiter, mut rounds, report) =
+                    (shared.waiter(), rounds.clone(), report.clone());
+                rt.spawn(async move {
+                    while rounds.changed().await.is_ok() {
+                        let mut reported = false;
+                        std::future::poll_fn(|cx| match waiter.poll_readable(cx) {
+                            Poll::Pending => {
+                                if !std::mem::replace(&mut reported, true) {
+                                    report.send(Report::Waiting).unwrap();
+                                }
+                                Poll::Pending
+                            }
+                            Poll::Ready(ready) => {
+                                // Readable: the readiness stays for the round's drain.
+                                ready.unwrap().retain_ready();
+                                Poll::Ready(())
+                            }
+                        })
+                        .await;
+                        report.send(Report::Saw).unwrap();
+                    }
+                })
+            })
+            .collect();
+        let drainer = shared.waiter();
+        rt.block_on(async {
+            let mut done = 0;
+            let all = async {
+                for n in 1..=ROUNDS {
+                    round.send(n).unwrap();
+                    for expected in [Report::Waiting, Report::Saw] {
+                        for _ in 0..2 {
+                            let got = reports.recv().await.unwrap();
+                            assert_eq!(
+                                std::mem::discriminant(&got),
+                                std::mem::discriminant(&expected)
+                            );
+                        }
+                        if matches!(expected, Report::Waiting) {
+                            peer.write_all(&[1]).unwrap();
+                        }
+                    }
+                    // The byte goes, and with it the readiness, before the next round.
+                    assert!(
+                        drainer
+                            .try_take(|| (&reader).read_exact(&mut [0u8]))
+                            .unwrap()
+                    );
+                    done = n;
+                }
+            };
+            // Bounds a hang (a task never woken) with a failure; it measures no speed.
+            if tokio::time::timeout(std::time::Duration::from_secs(120), all)
+                .await
+                .is_err()
+            {
+                panic!("round {}: a waiting task was not woken", done + 1);
+            }
+        });
+        tasks.iter().for_each(tokio::task::JoinHandle::abort);
     }
 
     #[test]
