@@ -82,13 +82,13 @@ impl ConnWaiter {
         }
     }
 
-    /// Takes the event that woke a wait, before the first look after it:
+    /// Takes the event that woke a wait, before the first look after it; whether it did:
     /// [`AsyncCq::take_wake_event`].
     ///
     /// # Errors
     ///
     /// Reading the completion channel failed.
-    pub(crate) fn take_wake_event(&self, cq: &AsyncCq) -> io::Result<()> {
+    pub(crate) fn take_wake_event(&self, cq: &AsyncCq) -> io::Result<bool> {
         cq.take_wake_event(&self.cq)
     }
 

@@ -194,6 +194,12 @@ mod tests {
         /// Looks after a [`Pc::TakeEvent`], in the same hold of the lock, as [`Pc::Start`]
         /// does.
         LookAfterTake,
+        /// With [`WakeRead::TakeAndArm`], after that look (`true`: it found its completion):
+        /// claims and makes the next arm ahead of the next wait.
+        ArmAhead(bool),
+        /// Looks again after that arm (`true`: its own completion was found before; one found
+        /// now goes to the other waiter, as a stream hands what it polls to both sides).
+        LookAfterArm(bool),
         /// Got its completion.
         Done,
     }
@@ -255,6 +261,12 @@ mod tests {
         No,
         /// It takes the event, ending the arm, then looks, in one hold of the lock.
         Take,
+        /// It takes the event, ending the arm, looks, claims and makes the next arm
+        /// (`AsyncCq::arm_ahead`) and looks again, in one hold of the lock.
+        TakeAndArm,
+        /// As `TakeAndArm`, without the look after the arm (a bug: a completion between the
+        /// first look and the arm raises no event, and the wait sleeps under the arm).
+        TakeAndArmWithoutLook,
         /// It takes the event but leaves the arm outstanding (a bug: the next wait sleeps under
         /// an arm whose event is gone).
         TakeKeepingArm,
@@ -270,13 +282,15 @@ mod tests {
                 | Pc::Read
                 | Pc::TakeEvent
                 | Pc::LookAfterTake
+                | Pc::ArmAhead(_)
+                | Pc::LookAfterArm(_)
         )
     }
 
     /// `AsyncCq::take_wake_event` by waiter `w`: every state it may lead to, with the waiter
     /// then at [`Pc::LookAfterTake`]. A failed read ends the arm and is not reported (the look
-    /// comes next); with `keep_arm`, a successful one does not end it.
-    fn take_event(s: &State, w: usize, read_failed: fn(&ArmState), keep_arm: bool) -> Vec<State> {
+    /// comes next); with [`WakeRead::TakeKeepingArm`], a successful one does not end it.
+    fn take_event(s: &State, w: usize, read_failed: fn(&ArmState), how: WakeRead) -> Vec<State> {
         let mut n = s.clone();
         n.pcs[w] = Pc::LookAfterTake;
         if !s.armed || !s.ready[w] {
@@ -303,7 +317,7 @@ mod tests {
             }
         }
         n.events -= 1;
-        if !keep_arm {
+        if how != WakeRead::TakeKeepingArm {
             on_arm(&mut n, |a| {
                 a.event_read();
                 false
@@ -322,6 +336,28 @@ mod tests {
         } else {
             n.pcs[w] = otherwise;
         }
+    }
+
+    /// Waiter `w` claims the arm in `n` and, if it is its, arms (`n.hw_armed`); with a fault
+    /// left, the arm may fail instead, which leaves `w` at `on_failure` (that state goes to
+    /// `next`). Whether the claim was its.
+    fn claim_and_arm(n: &mut State, w: usize, on_failure: Pc, next: &mut Vec<State>) -> bool {
+        let claimed = on_arm(n, |a| a.claim() == Claim::Mine);
+        if claimed {
+            if n.faults > 0 {
+                // `ibv_req_notify_cq` fails.
+                let mut f = n.clone();
+                f.faults -= 1;
+                on_arm(&mut f, |a| {
+                    a.arm_failed();
+                    false
+                });
+                f.pcs[w] = on_failure;
+                next.push(f);
+            }
+            n.hw_armed = true;
+        }
+        claimed
     }
 
     /// Every state one step from `s`.
@@ -353,21 +389,8 @@ mod tests {
                     next.push(n);
                 }
                 Pc::Arm | Pc::ArmAfterLook => {
-                    let claimed = on_arm(&mut n, |a| a.claim() == Claim::Mine);
-                    if claimed {
-                        if s.faults > 0 {
-                            // `ibv_req_notify_cq` fails: the operation ends with the error.
-                            let mut f = n.clone();
-                            f.faults -= 1;
-                            on_arm(&mut f, |a| {
-                                a.arm_failed();
-                                false
-                            });
-                            f.pcs[w] = Pc::Start;
-                            next.push(f);
-                        }
-                        n.hw_armed = true;
-                    }
+                    // A failed arm ends the operation with the error.
+                    let claimed = claim_and_arm(&mut n, w, Pc::Start, &mut next);
                     let skip = mode.skip_after_look && !claimed && s.pcs[w] == Pc::ArmAfterLook;
                     n.pcs[w] = if skip { Pc::Wait } else { Pc::PollArmed };
                     next.push(n);
@@ -376,17 +399,59 @@ mod tests {
                     if s.ready[w] {
                         n.pcs[w] = match mode.wake_read {
                             WakeRead::No => Pc::Read,
-                            WakeRead::Take | WakeRead::TakeKeepingArm => Pc::TakeEvent,
+                            WakeRead::Take
+                            | WakeRead::TakeAndArm
+                            | WakeRead::TakeAndArmWithoutLook
+                            | WakeRead::TakeKeepingArm => Pc::TakeEvent,
                         };
                         next.push(n);
                     }
                 }
-                Pc::TakeEvent => {
-                    let keep_arm = mode.wake_read == WakeRead::TakeKeepingArm;
-                    next.extend(take_event(s, w, read_failed, keep_arm));
+                Pc::TakeEvent => next.extend(take_event(s, w, read_failed, mode.wake_read)),
+                Pc::LookAfterTake
+                    if matches!(
+                        mode.wake_read,
+                        WakeRead::TakeAndArm | WakeRead::TakeAndArmWithoutLook
+                    ) =>
+                {
+                    let found = n.cq > 0;
+                    n.cq -= u32::from(found);
+                    n.pcs[w] = Pc::ArmAhead(found);
+                    next.push(n);
                 }
                 Pc::LookAfterTake => {
                     look(&mut n, w, Pc::ArmAfterLook);
+                    next.push(n);
+                }
+                Pc::ArmAhead(found) => {
+                    // On failure the arm is left to the wait, which claims and arms again.
+                    let after_failure = if found { Pc::Done } else { Pc::ArmAfterLook };
+                    claim_and_arm(&mut n, w, after_failure, &mut next);
+                    n.pcs[w] = if mode.wake_read == WakeRead::TakeAndArmWithoutLook {
+                        after_failure
+                    } else {
+                        Pc::LookAfterArm(found)
+                    };
+                    next.push(n);
+                }
+                Pc::LookAfterArm(found) => {
+                    if n.cq > 0 {
+                        n.cq -= 1;
+                        if found {
+                            // Handed up to the other waiter, which sees it when woken.
+                            let other = 1 - w;
+                            if n.pcs[other] == Pc::Wait {
+                                n.pcs[other] = Pc::Done;
+                            } else {
+                                n.cq += 1;
+                            }
+                        }
+                        n.pcs[w] = Pc::Done;
+                    } else {
+                        // Nothing more: with its own completion it is done; without, its wait
+                        // finds the arm outstanding and (`exclusive`) sleeps under it.
+                        n.pcs[w] = if found { Pc::Done } else { Pc::ArmAfterLook };
+                    }
                     next.push(n);
                 }
 
@@ -465,15 +530,20 @@ mod tests {
         locked: true,
         wake_read: WakeRead::No,
     };
-    /// A stream's waiters, which take the event when woken, before they look.
+    /// Waiters that take the event when woken, before they look, without arming.
     const EXCLUSIVE_TAKING: Mode = Mode {
         wake_read: WakeRead::Take,
+        ..EXCLUSIVE
+    };
+    /// A stream's waiters, which take the event when woken and arm again before they look.
+    const EXCLUSIVE_TAKING_ARMING: Mode = Mode {
+        wake_read: WakeRead::TakeAndArm,
         ..EXCLUSIVE
     };
 
     #[test]
     fn no_interleaving_or_failure_loses_a_wake_up() {
-        for mode in [SHARED, EXCLUSIVE, EXCLUSIVE_TAKING] {
+        for mode in [SHARED, EXCLUSIVE, EXCLUSIVE_TAKING, EXCLUSIVE_TAKING_ARMING] {
             let (stuck, states) = explore(ArmState::event_read_failed, mode);
             assert!(stuck.is_none(), "{mode:?}: a lost wake-up: {stuck:?}");
             assert!(
@@ -486,7 +556,7 @@ mod tests {
     /// The check finds the bug it is for: a failed read that keeps the arm "outstanding".
     #[test]
     fn keeping_the_arm_after_a_failed_read_is_caught() {
-        for mode in [SHARED, EXCLUSIVE, EXCLUSIVE_TAKING] {
+        for mode in [SHARED, EXCLUSIVE, EXCLUSIVE_TAKING, EXCLUSIVE_TAKING_ARMING] {
             let (stuck, _) = explore(|_| {}, mode);
             let stuck = stuck.expect("the model misses the lost wake-up");
             assert!(stuck.armed && !stuck.hw_armed, "{mode:?}: {stuck:?}");
@@ -508,16 +578,29 @@ mod tests {
         assert!(stuck.cq > 0 && stuck.events == 0, "{stuck:?}");
     }
 
+    /// An arm ahead of the next wait must be followed by a look: a completion that came between
+    /// the wake-up's look and the arm raised no event, and the wait sleeps under the arm.
+    #[test]
+    fn arming_ahead_without_looking_again_is_caught() {
+        let stuck = stuck_waking_with(WakeRead::TakeAndArmWithoutLook);
+        assert!(stuck.cq > 0 && stuck.events == 0, "{stuck:?}");
+    }
+
+    /// The state where a stream's waiters, woken as `wake_read` says, lose a wake-up.
+    fn stuck_waking_with(wake_read: WakeRead) -> State {
+        let mode = Mode {
+            wake_read,
+            ..EXCLUSIVE
+        };
+        let (stuck, _) = explore(ArmState::event_read_failed, mode);
+        stuck.expect("the model misses the lost wake-up")
+    }
+
     /// A wake-up's take of the event must end the arm: the next wait would otherwise sleep
     /// under an arm whose event is gone.
     #[test]
     fn taking_the_event_without_ending_the_arm_is_caught() {
-        let mode = Mode {
-            wake_read: WakeRead::TakeKeepingArm,
-            ..EXCLUSIVE
-        };
-        let (stuck, _) = explore(ArmState::event_read_failed, mode);
-        let stuck = stuck.expect("the model misses the lost wake-up");
+        let stuck = stuck_waking_with(WakeRead::TakeKeepingArm);
         assert!(stuck.armed && !stuck.hw_armed, "{stuck:?}");
     }
 }

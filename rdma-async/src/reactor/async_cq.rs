@@ -12,9 +12,9 @@
 //! arming or reading fails ([`ArmState`], which has the exhaustive interleaving check). A wait
 //! that sleeps under another waiter's arm is woken if that arm fails, and arms again. A stream
 //! whose reader reads until it finds nothing reads the event that woke it as soon as it is
-//! woken, before it looks ([`AsyncCq::take_wake_event`]), as C rsockets does: the read that
-//! finds nothing after it has handed up what woke it then only arms (a doorbell in user space on
-//! a NIC, an `ioctl` on rxe).
+//! woken, before it looks ([`AsyncCq::take_wake_event`]), and arms again after that look,
+//! before it hands up what it found ([`AsyncCq::arm_ahead`]): the read that finds nothing
+//! after that sleeps under the arm, with no system call.
 
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -107,6 +107,8 @@ pub(crate) struct AsyncCq {
     spins_yielded: AtomicU64,
     /// Yields to other tasks made instead of sleeping.
     waits_yielded: AtomicU64,
+    /// Arms made (`ibv_req_notify_cq` calls).
+    arms: AtomicU64,
     /// Test hook: the next wait fails as if polling the queue had failed.
     #[cfg(rdma_async_hooks)]
     fail_next_poll: std::sync::atomic::AtomicBool,
@@ -125,6 +127,7 @@ impl AsyncCq {
             arm: ArmState::default(),
             spins_yielded: AtomicU64::new(0),
             waits_yielded: AtomicU64::new(0),
+            arms: AtomicU64::new(0),
             #[cfg(rdma_async_hooks)]
             fail_next_poll: std::sync::atomic::AtomicBool::new(false),
         }
@@ -228,6 +231,18 @@ impl AsyncCq {
         self.waits_yielded.load(Ordering::Relaxed)
     }
 
+    /// Arms made: `ibv_req_notify_cq` calls, each a system call on rxe.
+    pub(crate) fn arms(&self) -> u64 {
+        self.arms.load(Ordering::Relaxed)
+    }
+
+    /// Arms the queue after a claim of the arm that was [`Claim::Mine`]; a failure ends the
+    /// claimed arm (and wakes whoever sleeps under it), so the next wait arms again.
+    fn arm_claimed(&self) -> io::Result<()> {
+        self.arms.fetch_add(1, Ordering::Relaxed);
+        self.cq.req_notify().inspect_err(|_| self.arm.arm_failed())
+    }
+
     /// Completions came for the caller's current wait (found by a look of its own, not by
     /// [`Self::poll_completions`], which says so itself): the wait is over.
     pub(crate) fn end_wait(&self, yields: &WaitYields) {
@@ -285,8 +300,7 @@ impl AsyncCq {
         loop {
             let claim = self.arm.claim();
             let armed_now = claim == Claim::Mine;
-            if armed_now && let Err(e) = self.cq.req_notify() {
-                self.arm.arm_failed();
+            if armed_now && let Err(e) = self.arm_claimed() {
                 return Poll::Ready(Err(e));
             }
             // A completion between the last look and a new arm raises no event: look again.
@@ -324,13 +338,16 @@ impl AsyncCq {
     }
 
     /// After a wait slept and was woken, before the woken task's first look at the queue:
-    /// takes the outstanding arm's event if it came, ending the arm, so that the next wait
-    /// arms again at once instead of reading the event first. That read (a system call) then
-    /// comes before the completions that woke the task are handed up, not after the task (an
-    /// HTTP client's connection, say) has acted on them and looks for more, when it is one
-    /// more system call between the answer and the connection being ready for the next
-    /// request. Nothing happens when the event has not come (a wake-up by something else: the
-    /// arm stands).
+    /// takes the outstanding arm's event if it came, ending the arm; whether it did. The
+    /// caller then looks, and arms again ([`Self::arm_ahead`]) before it hands up what it
+    /// found. Both system calls (the read, and the arm on providers where it is one: an
+    /// `ioctl` on rxe) then come before the completions that woke the task are handed up, not
+    /// after the task (an HTTP client's connection, say) has acted on them and looks for more:
+    /// the wait that finds nothing then sleeps under that arm, with no system call between the
+    /// answer and the connection being ready for the next request (with one there, hyper's
+    /// client often found its connection not ready yet, and spawned a task per request to
+    /// return it to its pool). Nothing happens when the event has not come (a wake-up by
+    /// something else: the arm stands).
     ///
     /// For waiters that take turns under one lock, which the caller holds (a stream's sides,
     /// whose driver does this for a reader that reads until it finds nothing).
@@ -338,17 +355,35 @@ impl AsyncCq {
     /// # Errors
     ///
     /// Reading the channel failed; the arm is over, and the next wait arms again.
-    pub(crate) fn take_wake_event(&self, waiter: &CqWaiter) -> io::Result<()> {
+    pub(crate) fn take_wake_event(&self, waiter: &CqWaiter) -> io::Result<bool> {
         if !self.arm.is_armed() {
-            return Ok(());
+            return Ok(false);
         }
         match waiter.try_event(&self.cq) {
             ChannelRead::Event => self.arm.event_read(),
-            ChannelRead::Empty => {}
+            ChannelRead::Empty => return Ok(false),
             ChannelRead::Failed(e) => {
                 self.arm.event_read_failed();
                 return Err(e);
             }
+        }
+        Ok(true)
+    }
+
+    /// Arms the queue ahead of a wait, unless an arm is outstanding: after a wake-up's look
+    /// ([`Self::take_wake_event`]), with the completions it found taken (a device may raise
+    /// the event at once for completions not yet polled when it is armed). The caller must
+    /// look again afterwards, as a wait does after arming: a completion that came between its
+    /// look and the arm raises no event. A wait that then finds nothing sleeps under this arm.
+    ///
+    /// For waiters that take turns under one lock, which the caller holds.
+    ///
+    /// # Errors
+    ///
+    /// Arming failed; no arm is outstanding, and the next wait arms again.
+    pub(crate) fn arm_ahead(&self) -> io::Result<()> {
+        if self.arm.claim() == Claim::Mine {
+            self.arm_claimed()?;
         }
         Ok(())
     }

@@ -53,6 +53,12 @@ pub struct StreamStats {
     /// saves arming the queue, the wake-up and their system calls. Waits whose yields keep
     /// finding nothing make the following waits sleep at once.
     pub waits_yielded: u64,
+    /// Times the stream armed its completion queue to be woken by the next completion
+    /// (`ibv_req_notify_cq`: a system call on Soft-RoCE, a doorbell on a NIC): one before a
+    /// wait sleeps with no arm outstanding. A reader that reads until it finds nothing (as
+    /// hyper's does) arms as its wake-up takes the event, before the bytes are handed up, and
+    /// its read that then finds nothing sleeps under that arm.
+    pub cq_arms: u64,
     /// Writes (and `writable()` calls) that had to wait because the peer had granted no room:
     /// its receive ring was full or its receive credits were used up. One per wait, however
     /// often the waiting task is polled meanwhile; `try_write` never waits. The peer's reader is behind, as when a TCP

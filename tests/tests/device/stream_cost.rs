@@ -3,13 +3,16 @@
 //! `ibv_post_send` calls are made (at most one per write call: its chunks go as one chain).
 //! Counts, not timings.
 
+use std::future::poll_fn;
 use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::task::Poll;
 
 use rdma_async::stream::hooks;
 use rdma_async::stream::{RStream, RStreamOptions, StreamStats};
 use rdma_async_device_tests::data::pattern;
 use rdma_async_device_tests::{guard, stream_pair};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, ReadBuf};
 
 /// A send ring of 32 chunks of 64 KiB: half of it (when a send is signaled so that ring space
 /// comes back in time) is 16 chunks, the signaling interval at the default send-queue depth.
@@ -235,4 +238,72 @@ async fn a_call_of_many_messages_posts_full_chains() {
         posts > 1 && posts < writes,
         "40 messages went as several chains: {posts} posts"
     );
+}
+
+/// Polls `reader` for a read once, with the task's waker: what that poll returned.
+async fn poll_read_once(reader: &mut RStream, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+    let mut buf = ReadBuf::new(buf);
+    poll_fn(|cx| {
+        let polled = Pin::new(&mut *reader).poll_read(cx, &mut buf);
+        Poll::Ready(polled.map_ok(|()| buf.filled().len()))
+    })
+    .await
+}
+
+/// Polls `reader` for a read until a poll finds nothing and sleeps: a wait may first yield to
+/// the runtime's other tasks (counted in `waits_yielded`), which looks again when polled next.
+async fn read_until_asleep(reader: &mut RStream, buf: &mut [u8]) {
+    for _ in 0..100 {
+        let yielded = reader.stats().waits_yielded;
+        assert!(
+            poll_read_once(reader, buf).await.is_pending(),
+            "nothing more was written"
+        );
+        if reader.stats().waits_yielded == yielded {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("the read kept yielding instead of sleeping");
+}
+
+/// A reader that reads until it finds nothing (as hyper's connection does) arms its completion
+/// queue as its wake-up takes the event, before the bytes are handed up, and its read that then
+/// finds nothing sleeps under that arm: one arm an exchange, and none (no system call on
+/// Soft-RoCE) between the answer and the next sleep, where hyper's client looks at whether the
+/// connection is ready for the next request.
+#[rdma_async::test]
+async fn a_reader_that_reads_until_empty_arms_before_it_hands_up_the_bytes() {
+    // Busy-polling off: a read that finds nothing sleeps (after its yields, if any).
+    let options = RStreamOptions::new().busy_poll(std::time::Duration::ZERO);
+    let (mut writer, mut reader) = stream_pair(options).await;
+    let mut buf = [0u8; 64];
+    read_until_asleep(&mut reader, &mut buf).await;
+    for round in 0..8u8 {
+        let asleep = reader.stats().cq_arms;
+        writer.write_all(&[round; 4]).await.expect("writing");
+        let n = guard(
+            "the read",
+            poll_fn(|cx| {
+                let mut filled = ReadBuf::new(&mut buf);
+                Pin::new(&mut reader)
+                    .poll_read(cx, &mut filled)
+                    .map_ok(|()| filled.filled().len())
+            }),
+        )
+        .await
+        .expect("reading");
+        assert_eq!(&buf[..n], [round; 4], "round {round}");
+        let handed_up = reader.stats().cq_arms;
+        read_until_asleep(&mut reader, &mut buf).await;
+        let asleep_again = reader.stats().cq_arms;
+        // A read that took bytes, then slept, makes it such a reader: from the second round.
+        if round > 0 {
+            assert_eq!(
+                (handed_up - asleep, asleep_again - handed_up),
+                (1, 0),
+                "round {round}: arms made by the wake-up and by the read that found nothing"
+            );
+        }
+    }
 }

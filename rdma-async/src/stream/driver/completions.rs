@@ -39,15 +39,16 @@ impl<D: StreamDevice> StreamCore<D> {
     ) -> Poll<io::Result<()>> {
         let mut batch = CompletionBatch::<BATCH>::new();
         // The first look after a sleep, by a reader that reads until it finds nothing: the
-        // event's read comes now, not in that read's wait, which the caller makes after handing
-        // up what this finds (`CoreState::reads_until_empty`). A failure leaves no arm
-        // outstanding: the next wait arms again, and what the queue holds is handled first.
-        if std::mem::take(&mut state.slept)
+        // event's read, and the next arm once this look has taken what the queue holds, come
+        // now, not in that read's wait, which the caller makes after handing up what this
+        // finds (`CoreState::reads_until_empty`). A failure leaves no arm outstanding: the
+        // next wait arms again, and what the queue holds is handled first.
+        let mut arm_ahead = std::mem::take(&mut state.slept)
             && state.reads_until_empty
-            && let Err(e) = self.device.take_wake_event()
-        {
-            tracing::debug!(parent: self.device.span(), error = %e, "reading the wake-up's event failed");
-        }
+            && self.device.take_wake_event().unwrap_or_else(|e| {
+                tracing::debug!(parent: self.device.span(), error = %e, "reading the wake-up's event failed");
+                false
+            });
         for _ in 0..PUMP_BATCHES {
             let coop = match cx.as_deref_mut() {
                 Some(_) if std::mem::take(&mut unit_held) => None,
@@ -57,6 +58,13 @@ impl<D: StreamDevice> StreamCore<D> {
             let wcs = self.device.try_poll_batch(&mut batch)?;
             state.queue_empty = wcs.len() < BATCH;
             if wcs.is_empty() {
+                if std::mem::take(&mut arm_ahead) && self.armed_ahead() {
+                    // A completion between that look and the arm raised no event: look again
+                    // (or, if this call ends first, the wait does: the queue is not known
+                    // empty under the arm).
+                    state.queue_empty = false;
+                    continue;
+                }
                 // Dropping `coop` unused gives the unit back.
                 return Poll::Ready(Ok(()));
             }
@@ -73,6 +81,11 @@ impl<D: StreamDevice> StreamCore<D> {
                 });
             let drained = state.queue_empty;
             self.handle(state, wcs, reader)?;
+            if drained && std::mem::take(&mut arm_ahead) && self.armed_ahead() {
+                // Look again, as above.
+                state.queue_empty = false;
+                continue;
+            }
             if drained {
                 // Less than a batch: the queue was empty after it, and polling it again now
                 // (C's loop does) would most often find nothing. What arrives later is seen
@@ -81,6 +94,19 @@ impl<D: StreamDevice> StreamCore<D> {
             }
         }
         Poll::Ready(Ok(()))
+    }
+
+    /// Arms the queue ahead of the wait that a reader's next read makes when it finds nothing
+    /// ([`StreamDevice::arm_ahead`]); whether the caller must look again. A failure is left to
+    /// that wait, which arms again.
+    fn armed_ahead(&self) -> bool {
+        match self.device.arm_ahead() {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::debug!(parent: self.device.span(), error = %e, "arming after a wake-up failed");
+                false
+            }
+        }
     }
 
     /// [`Self::pump`] for calls without a task context: at most [`PUMP_BATCHES`] batches.

@@ -170,13 +170,22 @@ pub(in crate::stream) trait StreamDevice {
     fn poll_wait(&self, wait: SideWait<'_, '_>, out: &mut CompletionBatch<BATCH>) -> Poll<Woken>;
 
     /// A wait slept and was woken: before the first look at the queue after it, takes the
-    /// arm's event if it came, so that the next wait need not read it before it arms; see
+    /// arm's event if it came; whether it did (the arm is then over); see
     /// [`AsyncCq::take_wake_event`](crate::reactor::AsyncCq::take_wake_event).
     ///
     /// # Errors
     ///
     /// Reading the completion channel failed.
-    fn take_wake_event(&self) -> io::Result<()>;
+    fn take_wake_event(&self) -> io::Result<bool>;
+
+    /// Arms the queue, unless an arm is outstanding, after the look that took what a wake-up
+    /// found and before the caller looks again; see
+    /// [`AsyncCq::arm_ahead`](crate::reactor::AsyncCq::arm_ahead).
+    ///
+    /// # Errors
+    ///
+    /// Arming failed.
+    fn arm_ahead(&self) -> io::Result<()>;
 
     /// The connection's tracing span.
     fn span(&self) -> &tracing::Span;
@@ -367,9 +376,14 @@ impl StreamDevice for VerbsDevice {
     }
 
     #[inline]
-    fn take_wake_event(&self) -> io::Result<()> {
+    fn take_wake_event(&self) -> io::Result<bool> {
         // Any waiter reads the queue's channel; the reading side's is as good as the other.
         self.waiters[Side::Read as usize].take_wake_event(&self.cq)
+    }
+
+    #[inline]
+    fn arm_ahead(&self) -> io::Result<()> {
+        self.cq.arm_ahead()
     }
 
     #[inline]

@@ -119,9 +119,11 @@ struct CoreState {
     took_bytes: bool,
     /// The reader reads until it finds nothing (hyper's does): after it took bytes, its next
     /// read slept, with no write in between (a ping-pong writes first). Its wake-ups then take
-    /// their event before the bytes are handed up, so that the read that finds nothing after
-    /// them only arms ([`StreamDevice::take_wake_event`]); a ping-pong's reader reads it as its
-    /// next wait starts, which gives the answer that much longer to come before it sleeps.
+    /// their event and arm again before the bytes are handed up, so that the read that finds
+    /// nothing after them sleeps with no system call ([`StreamDevice::take_wake_event`]); a
+    /// ping-pong's reader reads it as its next wait starts, which gives the answer that much
+    /// longer to come before it sleeps (and makes no arm whose event would come while it is
+    /// awake).
     reads_until_empty: bool,
     /// The yields of the current wait for completions, by either side.
     yields: WaitYields,
@@ -167,6 +169,7 @@ impl StreamCore {
         let mut stats = self.lock().stats;
         stats.busy_polls_yielded = self.device.cq.spins_yielded();
         stats.waits_yielded = self.device.cq.waits_yielded();
+        stats.cq_arms = self.device.cq.arms();
         stats
     }
 }

@@ -346,9 +346,9 @@ async fn read_woken_by(
 }
 
 /// A reader that reads until it finds nothing, woken after a sleep, takes the event that woke it
-/// before its first look, so that read comes before the bytes are handed up (not in the wait
-/// after them); a read that finds bytes without sleeping, and the reads after the woken one,
-/// take none.
+/// before its first look and arms again after that look, and looks once more, before the bytes
+/// are handed up (not in the wait after them); a read that finds bytes without sleeping, and
+/// the reads after the woken one, take and arm none.
 #[tokio::test(flavor = "current_thread")]
 async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_sleep() {
     let (a, b, wire) = connected(Config::new());
@@ -365,13 +365,26 @@ async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_s
         [slept_after],
         "the woken reader looked before it took the event, or took more than once"
     );
-    assert!(wire.looks(1) > slept_after, "the woken reader never looked");
+    assert_eq!(
+        wire.arms_ahead(1),
+        [slept_after + 1],
+        "the woken reader did not arm right after its first look, or armed more than once"
+    );
+    assert!(
+        wire.looks(1) > slept_after + 1,
+        "the woken reader did not look again after arming"
+    );
     write_all(&a, b"more").await.expect("writing");
     assert_eq!(read_within_guard(&b, 4).await, b"more");
     assert_eq!(
         wire.wake_event_takes(1).len(),
         1,
         "a read after the wake-up took an event"
+    );
+    assert_eq!(
+        wire.arms_ahead(1).len(),
+        1,
+        "a read after the wake-up armed"
     );
 }
 
@@ -391,6 +404,7 @@ async fn a_ping_pong_reader_leaves_the_event_to_its_next_wait() {
         [],
         "a reader that writes after each read took its wake-ups' events"
     );
+    assert_eq!(wire.arms_ahead(1), [], "a ping-pong's reader armed ahead");
 }
 
 /// A ping-pong's receives go back to the queue in chains of [`SPARE_RECVS`], one post for that

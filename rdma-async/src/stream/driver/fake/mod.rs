@@ -82,6 +82,8 @@ struct End {
     looks: u64,
     /// For each take of a wake-up's event, the looks made before it.
     wake_event_takes: Vec<u64>,
+    /// The looks made before each arm ahead of a wait (`StreamDevice::arm_ahead`).
+    arms_ahead: Vec<u64>,
     /// The wakers of the reading and the writing side's waits.
     wakers: [Option<Waker>; 2],
     /// Memory windows bound: (window, buffer, range, key).
@@ -292,6 +294,11 @@ impl FakeWire {
         lock(&self.shared).ends[end].wake_event_takes.clone()
     }
 
+    /// How many looks `end` had made before each of its arms ahead of a wait.
+    pub(super) fn arms_ahead(&self, end: usize) -> Vec<u64> {
+        lock(&self.shared).ends[end].arms_ahead.clone()
+    }
+
     /// Memory window binds `end` posted.
     pub(crate) fn binds(&self, end: usize) -> usize {
         lock(&self.shared).ends[end].binds.len()
@@ -500,11 +507,20 @@ impl StreamDevice for FakeDevice {
         Poll::Pending
     }
 
-    fn take_wake_event(&self) -> io::Result<()> {
-        // The fake wakes its waiters directly, with no event to take: it only records when.
+    fn take_wake_event(&self) -> io::Result<bool> {
+        // The fake wakes its waiters directly, with no event to take: it only records when
+        // (as if each wake-up's event had come).
         let mut shared = lock(&self.shared);
         let end = &mut shared.ends[self.end];
         end.wake_event_takes.push(end.looks);
+        Ok(true)
+    }
+
+    fn arm_ahead(&self) -> io::Result<()> {
+        // Nor arms: it records when.
+        let mut shared = lock(&self.shared);
+        let end = &mut shared.ends[self.end];
+        end.arms_ahead.push(end.looks);
         Ok(())
     }
 
