@@ -63,6 +63,17 @@ async fn ping_pong(mut stream: RStream, i: usize, size: usize, rounds: u64) -> i
     Ok(stream)
 }
 
+/// Echoes what `stream` receives until its end, then shuts it down.
+async fn echo(stream: &mut RStream, size: usize) -> io::Result<()> {
+    let mut buf = vec![0; size];
+    loop {
+        match stream.read(&mut buf).await? {
+            0 => return stream.shutdown().await,
+            n => stream.write_all(&buf[..n]).await?,
+        }
+    }
+}
+
 /// Descriptors this process holds. From /proc: getrusage has no such figure.
 fn open_fds() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
@@ -243,16 +254,16 @@ async fn local(
     // connection.
     let server = tokio::spawn(async move {
         let mut echoes = Vec::with_capacity(pairs);
-        for _ in 0..pairs {
+        for i in 0..pairs {
             let (mut stream, _) = listener.accept().await?;
             echoes.push(tokio::spawn(async move {
-                let mut buf = vec![0; size];
-                loop {
-                    match stream.read(&mut buf).await? {
-                        0 => return stream.shutdown().await,
-                        n => stream.write_all(&buf[..n]).await?,
-                    }
+                let echoed = echo(&mut stream, size).await;
+                // Said at once: the client sees only the reset that dropping the stream
+                // makes, and this task's result is awaited at the end.
+                if let Err(e) = &echoed {
+                    eprintln!("many_streams: the server's stream {i} failed: {e}");
                 }
+                echoed
             }));
         }
         Ok::<_, io::Error>(echoes)

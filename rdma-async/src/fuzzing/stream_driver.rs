@@ -362,6 +362,10 @@ impl Run {
                      connected"
                 );
             }
+            assert_eq!(
+                queues.looks_skipped, 0,
+                "end {end}: a wait after an arm ahead slept without looking under the arm"
+            );
             assert!(
                 queues.sends_outstanding_max <= queues.sq_depth,
                 "end {end}: {queues:?}: more send work requests outstanding than the send \

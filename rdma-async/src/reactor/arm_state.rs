@@ -195,11 +195,9 @@ mod tests {
         /// does.
         LookAfterTake,
         /// With [`WakeRead::TakeAndArm`], after that look (`true`: it found its completion):
-        /// claims and makes the next arm ahead of the next wait.
+        /// claims and makes the next arm ahead of the next wait. Found, it is done (its next
+        /// operation starts with a look); not, its wait looks under that arm ([`Pc::Arm`]).
         ArmAhead(bool),
-        /// Looks again after that arm (`true`: its own completion was found before; one found
-        /// now goes to the other waiter, as a stream hands what it polls to both sides).
-        LookAfterArm(bool),
         /// Got its completion.
         Done,
     }
@@ -261,12 +259,13 @@ mod tests {
         No,
         /// It takes the event, ending the arm, then looks, in one hold of the lock.
         Take,
-        /// It takes the event, ending the arm, looks, claims and makes the next arm
-        /// (`AsyncCq::arm_ahead`) and looks again, in one hold of the lock.
+        /// It takes the event, ending the arm, looks, and claims and makes the next arm
+        /// (`AsyncCq::arm_ahead`), in one hold of the lock; a wait that follows looks under it.
         TakeAndArm,
-        /// As `TakeAndArm`, without the look after the arm (a bug: a completion between the
-        /// first look and the arm raises no event, and the wait sleeps under the arm).
-        TakeAndArmWithoutLook,
+        /// As `TakeAndArm`, but the wait that follows skips its look under the arm, as after
+        /// any look that found nothing (a bug: a completion between the first look and the arm
+        /// raises no event, and the wait sleeps under the arm).
+        TakeAndArmSkippingLook,
         /// It takes the event but leaves the arm outstanding (a bug: the next wait sleeps under
         /// an arm whose event is gone).
         TakeKeepingArm,
@@ -283,7 +282,6 @@ mod tests {
                 | Pc::TakeEvent
                 | Pc::LookAfterTake
                 | Pc::ArmAhead(_)
-                | Pc::LookAfterArm(_)
         )
     }
 
@@ -401,7 +399,7 @@ mod tests {
                             WakeRead::No => Pc::Read,
                             WakeRead::Take
                             | WakeRead::TakeAndArm
-                            | WakeRead::TakeAndArmWithoutLook
+                            | WakeRead::TakeAndArmSkippingLook
                             | WakeRead::TakeKeepingArm => Pc::TakeEvent,
                         };
                         next.push(n);
@@ -411,7 +409,7 @@ mod tests {
                 Pc::LookAfterTake
                     if matches!(
                         mode.wake_read,
-                        WakeRead::TakeAndArm | WakeRead::TakeAndArmWithoutLook
+                        WakeRead::TakeAndArm | WakeRead::TakeAndArmSkippingLook
                     ) =>
                 {
                     let found = n.cq > 0;
@@ -427,34 +425,15 @@ mod tests {
                     // On failure the arm is left to the wait, which claims and arms again.
                     let after_failure = if found { Pc::Done } else { Pc::ArmAfterLook };
                     claim_and_arm(&mut n, w, after_failure, &mut next);
-                    n.pcs[w] = if mode.wake_read == WakeRead::TakeAndArmWithoutLook {
+                    n.pcs[w] = if found {
+                        Pc::Done
+                    } else if mode.wake_read == WakeRead::TakeAndArmSkippingLook {
                         after_failure
                     } else {
-                        Pc::LookAfterArm(found)
+                        Pc::Arm
                     };
                     next.push(n);
                 }
-                Pc::LookAfterArm(found) => {
-                    if n.cq > 0 {
-                        n.cq -= 1;
-                        if found {
-                            // Handed up to the other waiter, which sees it when woken.
-                            let other = 1 - w;
-                            if n.pcs[other] == Pc::Wait {
-                                n.pcs[other] = Pc::Done;
-                            } else {
-                                n.cq += 1;
-                            }
-                        }
-                        n.pcs[w] = Pc::Done;
-                    } else {
-                        // Nothing more: with its own completion it is done; without, its wait
-                        // finds the arm outstanding and (`exclusive`) sleeps under it.
-                        n.pcs[w] = if found { Pc::Done } else { Pc::ArmAfterLook };
-                    }
-                    next.push(n);
-                }
-
                 Pc::Read => {
                     if s.events > 0 && s.faults > 0 {
                         // `ibv_get_cq_event` fails, with the event read or not; readiness is
@@ -581,8 +560,8 @@ mod tests {
     /// An arm ahead of the next wait must be followed by a look: a completion that came between
     /// the wake-up's look and the arm raised no event, and the wait sleeps under the arm.
     #[test]
-    fn arming_ahead_without_looking_again_is_caught() {
-        let stuck = stuck_waking_with(WakeRead::TakeAndArmWithoutLook);
+    fn a_wait_skipping_its_look_after_an_arm_ahead_is_caught() {
+        let stuck = stuck_waking_with(WakeRead::TakeAndArmSkippingLook);
         assert!(stuck.cq > 0 && stuck.events == 0, "{stuck:?}");
     }
 

@@ -372,9 +372,11 @@ impl AsyncCq {
 
     /// Arms the queue ahead of a wait, unless an arm is outstanding: after a wake-up's look
     /// ([`Self::take_wake_event`]), with the completions it found taken (a device may raise
-    /// the event at once for completions not yet polled when it is armed). The caller must
-    /// look again afterwards, as a wait does after arming: a completion that came between its
-    /// look and the arm raises no event. A wait that then finds nothing sleeps under this arm.
+    /// the event at once for completions not yet polled when it is armed). A completion that
+    /// came between that look and the arm raises no event, so the queue is not known empty
+    /// under this arm: the caller's next look must be a real one (a wait that follows does
+    /// not skip it, as [`WaitHints::exclusive`] lets a wait after an empty look do). A wait
+    /// that then finds nothing sleeps under this arm.
     ///
     /// For waiters that take turns under one lock, which the caller holds.
     ///

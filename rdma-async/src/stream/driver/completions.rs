@@ -43,7 +43,7 @@ impl<D: StreamDevice> StreamCore<D> {
         // now, not in that read's wait, which the caller makes after handing up what this
         // finds (`CoreState::reads_until_empty`). A failure leaves no arm outstanding: the
         // next wait arms again, and what the queue holds is handled first.
-        let mut arm_ahead = std::mem::take(&mut state.slept)
+        let arm_ahead = std::mem::take(&mut state.slept)
             && state.reads_until_empty
             && self.device.take_wake_event().unwrap_or_else(|e| {
                 tracing::debug!(parent: self.device.span(), error = %e, "reading the wake-up's event failed");
@@ -58,12 +58,8 @@ impl<D: StreamDevice> StreamCore<D> {
             let wcs = self.device.try_poll_batch(&mut batch)?;
             state.queue_empty = wcs.len() < BATCH;
             if wcs.is_empty() {
-                if std::mem::take(&mut arm_ahead) && self.armed_ahead() {
-                    // A completion between that look and the arm raised no event: look again
-                    // (or, if this call ends first, the wait does: the queue is not known
-                    // empty under the arm).
-                    state.queue_empty = false;
-                    continue;
+                if arm_ahead {
+                    self.arm_ahead(state);
                 }
                 // Dropping `coop` unused gives the unit back.
                 return Poll::Ready(Ok(()));
@@ -81,12 +77,10 @@ impl<D: StreamDevice> StreamCore<D> {
                 });
             let drained = state.queue_empty;
             self.handle(state, wcs, reader)?;
-            if drained && std::mem::take(&mut arm_ahead) && self.armed_ahead() {
-                // Look again, as above.
-                state.queue_empty = false;
-                continue;
-            }
             if drained {
+                if arm_ahead {
+                    self.arm_ahead(state);
+                }
                 // Less than a batch: the queue was empty after it, and polling it again now
                 // (C's loop does) would most often find nothing. What arrives later is seen
                 // by the next call, or by a waiter, which polls again after arming.
@@ -97,14 +91,16 @@ impl<D: StreamDevice> StreamCore<D> {
     }
 
     /// Arms the queue ahead of the wait that a reader's next read makes when it finds nothing
-    /// ([`StreamDevice::arm_ahead`]); whether the caller must look again. A failure is left to
-    /// that wait, which arms again.
-    fn armed_ahead(&self) -> bool {
+    /// ([`StreamDevice::arm_ahead`]), after a look that drained it. A completion between that
+    /// look and the arm raised no event, so the queue is no longer known empty: the next look
+    /// (the caller's next read, or its wait, which then polls under the arm) finds it. Looking
+    /// again here instead would cost a poll per wake-up that most often finds nothing. A
+    /// failure is left to that wait, which arms again.
+    fn arm_ahead(&self, state: &mut CoreState) {
         match self.device.arm_ahead() {
-            Ok(()) => true,
+            Ok(()) => state.queue_empty = false,
             Err(e) => {
                 tracing::debug!(parent: self.device.span(), error = %e, "arming after a wake-up failed");
-                false
             }
         }
     }

@@ -346,9 +346,9 @@ async fn read_woken_by(
 }
 
 /// A reader that reads until it finds nothing, woken after a sleep, takes the event that woke it
-/// before its first look and arms again after that look, and looks once more, before the bytes
-/// are handed up (not in the wait after them); a read that finds bytes without sleeping, and
-/// the reads after the woken one, take and arm none.
+/// before its first look and arms again after that look, before the bytes are handed up (not in
+/// the wait after them), with no look after the arm (the next read's look comes after it); a
+/// read that finds bytes without sleeping, and the reads after the woken one, take and arm none.
 #[tokio::test(flavor = "current_thread")]
 async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_sleep() {
     let (a, b, wire) = connected(Config::new());
@@ -370,9 +370,10 @@ async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_s
         [slept_after + 1],
         "the woken reader did not arm right after its first look, or armed more than once"
     );
-    assert!(
-        wire.looks(1) > slept_after + 1,
-        "the woken reader did not look again after arming"
+    assert_eq!(
+        wire.looks(1),
+        slept_after + 1,
+        "the woken reader looked again after arming"
     );
     write_all(&a, b"more").await.expect("writing");
     assert_eq!(read_within_guard(&b, 4).await, b"more");
@@ -386,6 +387,43 @@ async fn a_woken_reader_takes_its_event_before_its_first_look_and_only_after_a_s
         1,
         "a read after the wake-up armed"
     );
+    assert_eq!(wire.queues(1).looks_skipped, 0, "a wait skipped its look");
+}
+
+/// A woken reader that arms ahead and finds no bytes (the wake-up's message carried none)
+/// waits again in the same call: that wait looks under the arm, for a completion that came
+/// between the first look and the arm raised no event. The bytes written later wake it.
+#[tokio::test(flavor = "current_thread")]
+async fn a_woken_reader_that_finds_no_bytes_looks_again_under_its_arm() {
+    let (a, b, wire) = connected(Config::new());
+    write_all(&a, b"first").await.expect("writing");
+    assert_eq!(read_within_guard(&b, 5).await, b"first");
+    let mut buf = [0u8; 16];
+    let mut read = Box::pin(read_some(&b, &mut buf));
+    assert!(poll_once(&mut read).await.is_pending(), "nothing to read");
+    // A message C ignores (`RS_OP_WRITE` as an immediate): a completion without bytes.
+    wire.flood(1, Op::DirectWrite(0).encode(), 1);
+    assert!(
+        poll_once(&mut read).await.is_pending(),
+        "a message without bytes ended the read"
+    );
+    assert_eq!(
+        wire.arms_ahead(1).len(),
+        1,
+        "the woken reader did not arm ahead"
+    );
+    assert_eq!(
+        wire.queues(1).looks_skipped,
+        0,
+        "the wait after the arm ahead slept without looking"
+    );
+    write_all(&a, b"wake").await.expect("writing");
+    let n = timeout(GUARD, &mut read)
+        .await
+        .expect("reading hung")
+        .expect("reading");
+    drop(read);
+    assert_eq!(&buf[..n], b"wake");
 }
 
 /// A ping-pong's reader (it writes after each read that took bytes) leaves the event to its next

@@ -84,6 +84,11 @@ struct End {
     wake_event_takes: Vec<u64>,
     /// The looks made before each arm ahead of a wait (`StreamDevice::arm_ahead`).
     arms_ahead: Vec<u64>,
+    /// An arm ahead was made and no look since: a completion between the look before it and
+    /// the arm raised no event on a device, so the next wait must look.
+    look_owed: bool,
+    /// Waits that skipped that look (`WaitHints::exclusive` while `look_owed`).
+    looks_skipped: u64,
     /// The wakers of the reading and the writing side's waits.
     wakers: [Option<Waker>; 2],
     /// Memory windows bound: (window, buffer, range, key).
@@ -113,6 +118,9 @@ pub(crate) struct FakeQueues {
     pub(crate) sends_outstanding_max: usize,
     /// The send queue's depth.
     pub(crate) sq_depth: usize,
+    /// Waits that skipped the look owed after an arm ahead (a device would sleep through a
+    /// completion that came just before the arm).
+    pub(crate) looks_skipped: u64,
 }
 
 impl End {
@@ -279,6 +287,7 @@ impl FakeWire {
             sends_outstanding: end.sends_outstanding,
             sends_outstanding_max: end.sends_outstanding_max,
             sq_depth: end.sq_depth,
+            looks_skipped: end.looks_skipped,
         }
     }
 
@@ -295,6 +304,7 @@ impl FakeWire {
     }
 
     /// How many looks `end` had made before each of its arms ahead of a wait.
+    #[cfg(test)]
     pub(super) fn arms_ahead(&self, end: usize) -> Vec<u64> {
         lock(&self.shared).ends[end].arms_ahead.clone()
     }
@@ -466,6 +476,7 @@ impl StreamDevice for FakeDevice {
         let mut shared = lock(&self.shared);
         let end = &mut shared.ends[self.end];
         end.looks += 1;
+        end.look_owed = false;
         if std::mem::take(&mut end.fail_next_poll) {
             return Err(io::Error::other("fake device: injected poll failure"));
         }
@@ -488,6 +499,9 @@ impl StreamDevice for FakeDevice {
         let disconnected = shared.disconnected;
         let end = &mut shared.ends[self.end];
         end.looks += 1;
+        if std::mem::take(&mut end.look_owed) && wait.hints.exclusive {
+            end.looks_skipped += 1;
+        }
         if std::mem::take(&mut end.fail_next_poll) {
             let err = io::Error::other("fake device: injected poll failure");
             return Poll::Ready(Woken::Completions(Err(err)));
@@ -521,6 +535,7 @@ impl StreamDevice for FakeDevice {
         let mut shared = lock(&self.shared);
         let end = &mut shared.ends[self.end];
         end.arms_ahead.push(end.looks);
+        end.look_owed = true;
         Ok(())
     }
 
