@@ -2,7 +2,7 @@
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Weak};
 
 use std::task::{Context, Poll, ready};
 
@@ -11,6 +11,7 @@ use super::events::CmEvents;
 use crate::device::DeviceEvent;
 use crate::device::events::{QueuePairOwner, Registration};
 use crate::reactor::FdWaiter;
+use crate::sync::{Lock, LockGuard};
 use crate::verbs::CmId;
 
 /// An established connection's id and event channel.
@@ -23,7 +24,7 @@ pub(crate) struct CmLink {
     events: CmEvents,
     /// Shared with the device event reader, which may end the connection (see
     /// [`crate::device::events()`]).
-    state: Arc<Mutex<LinkState>>,
+    state: Arc<Lock<LinkState>>,
     /// The link's entry among the queue pair owners the device event reader knows.
     registered: Option<Registration>,
     peer_private_data: Vec<u8>,
@@ -43,7 +44,7 @@ impl CmLink {
     ) -> io::Result<Self> {
         let local = id.local_addr()?;
         let span = tracing::debug_span!("rdma_conn", %peer, %local, qp = tracing::field::Empty);
-        let state = Arc::new(Mutex::new(LinkState::default()));
+        let state = Arc::new(Lock::new(LinkState::default()));
         let mut registered = None;
         if let Some(qp) = id.qp_num() {
             span.record("qp", qp);
@@ -76,9 +77,9 @@ impl CmLink {
         &self.span
     }
 
-    fn state(&self) -> MutexGuard<'_, LinkState> {
-        // The state is a set of flags: a panic elsewhere cannot leave it inconsistent.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    fn state(&self) -> LockGuard<'_, LinkState> {
+        // A set of flags: nothing a panic could leave half-updated, so nothing to poison.
+        self.state.lock()
     }
 
     pub(crate) fn peer_addr(&self) -> SocketAddr {
@@ -164,7 +165,7 @@ impl CmLink {
         self.state().is_closed_or_closing()
     }
 
-    fn poll_state(&self) -> io::Result<MutexGuard<'_, LinkState>> {
+    fn poll_state(&self) -> io::Result<LockGuard<'_, LinkState>> {
         let mut state = self.state();
         match self.drain_events(&mut state) {
             Err(e) if e.kind() != io::ErrorKind::WouldBlock => Err(e),
@@ -268,7 +269,7 @@ impl Drop for CmLink {
         if let Some(registration) = self.registered.take() {
             registration.forget();
         }
-        let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let state = self.state.lock();
         if !state.local_disconnect {
             tracing::debug!(parent: &self.span, "disconnecting");
             let _ = self.id.disconnect();
@@ -279,7 +280,7 @@ impl Drop for CmLink {
 
 /// What the device event reader holds of a connection: enough to end it, not to keep it.
 struct LinkOwner {
-    state: Weak<Mutex<LinkState>>,
+    state: Weak<Lock<LinkState>>,
     id: Weak<CmId>,
     span: tracing::Span,
 }
@@ -289,7 +290,7 @@ impl QueuePairOwner for LinkOwner {
         let (Some(state), Some(id)) = (self.state.upgrade(), self.id.upgrade()) else {
             return false;
         };
-        let mut state = state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut state = state.lock();
         tracing::warn!(parent: &self.span, %event, "a device event broke the queue pair: disconnecting");
         // Over now, as after a device removal: waiters woken by the flushed work requests
         // find it closed instead of waiting for rdma_cm's DISCONNECTED, which needs the peer's
