@@ -18,8 +18,9 @@ pub(crate) use std::sync::{Mutex, MutexGuard};
 
 /// A mutex without poisoning, for the locks that every message or every sleep takes (the
 /// stream's state, a completion channel's fan-out, a stream side's wakers, an rdma_cm watch's
-/// relay, a connection's record of its rdma_cm events, which every sleep looks at): `parking_lot`'s, whose lock and unlock are one atomic instruction each, inlined
-/// (std's checks whether the thread is panicking on each, which cost as much as its atomics);
+/// relay, a connection's record of its rdma_cm events): `parking_lot`'s, whose lock and unlock
+/// are one atomic instruction each, inlined (std's checks whether the thread is panicking on
+/// each, which cost as much as its atomics);
 /// loom's under the model checks, a poisoned one taken as it is. Its holders keep what it
 /// guards consistent before anything that could panic, so there is nothing to poison.
 #[derive(Debug)]
