@@ -1,18 +1,20 @@
 //! `RdmaConnection::write_batch`: a batch's writes land with one doorbell and every buffer comes
 //! back in order; a member that fails fails the batch only once its last request completed,
 //! with every buffer back and the writes before it landed; batches that cannot be posted are
-//! refused before anything reaches the device; a dropped batch gives its send-queue places
-//! back once its last request completes.
+//! refused before anything reaches the device, as one the provider refuses whole; one it takes
+//! only in part ends the connection, which alone settles the part posted; a dropped batch gives
+//! its send-queue places back once its last request completes.
 
 use std::future::Future;
 use std::io;
-use std::sync::Arc;
 use std::task::Poll;
 
-use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion, SharedRegion};
-use rdma_async_device_tests::{completion_status, guard, rdma_pair};
+use rdma_async::rdma::hooks;
+use rdma_async::rdma::{LocalRegion, RdmaConnection, RdmaOptions, RemoteRegion};
+use rdma_async_device_tests::{completion_status, guard};
 
-use super::rdma_ops::{advertise, learn, sync};
+use super::rdma_doorbells::{assert_later_writes_refused, pair_with_target, slot_bytes};
+use super::rdma_ops::sync;
 
 /// `IBV_WC_REM_ACCESS_ERR`.
 const REM_ACCESS_ERR: u32 = 10;
@@ -20,28 +22,6 @@ const REM_ACCESS_ERR: u32 = 10;
 /// The 8 bytes written to `slot`, in round `round`.
 fn value(slot: usize, round: u64) -> u64 {
     round << 32 | (slot as u64 * 7 + 5)
-}
-
-fn slot_bytes(bytes: &[u8], slot: usize) -> u64 {
-    u64::from_be_bytes(bytes[slot * 8..slot * 8 + 8].try_into().unwrap())
-}
-
-/// A connected pair with `opts`, and a region of `slots` 8-byte slots on the server that the
-/// client learned the key of.
-async fn pair_with_target(
-    opts: &RdmaOptions,
-    slots: usize,
-) -> (
-    RdmaConnection,
-    Arc<RdmaConnection>,
-    SharedRegion,
-    RemoteRegion,
-) {
-    let (server, client) = rdma_pair(opts).await;
-    let client = Arc::new(client);
-    let target = server.reg_write(slots * 8).unwrap();
-    let ((), remote) = tokio::join!(advertise(&server, &target), learn(&client));
-    (server, client, target, remote)
 }
 
 /// One 8-byte buffer per slot of `slots`, holding [`value`] of its slot and `round`, aimed at
@@ -248,4 +228,48 @@ async fn a_dropped_batch_gives_its_places_back_once_its_last_write_completes() {
     for slot in 0..2 * DEPTH {
         assert_eq!(slot_bytes(&bytes, slot), value(slot, 1), "slot {slot}");
     }
+}
+
+/// The provider refuses a batch's first request (a test hook): nothing was posted, so the batch
+/// fails with the provider's error and its buffers back, and the connection goes on. Then it
+/// refuses the last request after posting the others: those are on the device unsignaled and
+/// no completion will free their slot, so the connection ends; the batch fails with that cause
+/// once the destroyed queue pair's flush handed its buffers back, and later operations are
+/// refused with it.
+#[rdma_async::test(flavor = "current_thread")]
+async fn a_batch_the_provider_refuses_goes_back_whole_and_one_posted_in_part_ends_the_connection() {
+    const N: usize = 8;
+    let (server, client, target, remote) = pair_with_target(&RdmaOptions::new(), 2 * N).await;
+
+    hooks::fail_next_batch(&client, false);
+    let (r, back) = guard(
+        "a refused batch",
+        client.write_batch(writes(&client, remote, 0..N, 1)),
+    )
+    .await;
+    let e = r.expect_err("the provider refused it");
+    assert!(e.to_string().contains("ibv_post_send"), "{e}");
+    assert_buffers_back(&back, 0..N, 1);
+    let (r, _) = guard(
+        "a batch after the refusal",
+        client.write_batch(writes(&client, remote, 0..N, 2)),
+    )
+    .await;
+    r.unwrap();
+    sync(&client, &server).await;
+    let bytes = target.to_vec();
+    for slot in 0..N {
+        assert_eq!(slot_bytes(&bytes, slot), value(slot, 2), "slot {slot}");
+    }
+
+    hooks::fail_next_batch(&client, true);
+    let (r, back) = guard(
+        "a batch posted in part",
+        client.write_batch(writes(&client, remote, N..2 * N, 3)),
+    )
+    .await;
+    let e = r.expect_err("its last request was refused");
+    assert!(e.to_string().contains("after part of it was posted"), "{e}");
+    assert_buffers_back(&back, N..2 * N, 3);
+    assert_later_writes_refused(&client, remote, "after part of it was posted").await;
 }

@@ -269,7 +269,7 @@ impl CallerMemoryQueuePair {
         // the send queue completes in order, so by then the device is done with every member.
         // The table outlives the QP (it is in `memory`). The list and its entries live for the
         // call.
-        match unsafe { self.post_send_list(&mut wrs[0]) } {
+        match unsafe { self.post_batch_list(&mut wrs) } {
             Ok(()) => {
                 self.memory
                     .inline_posts
@@ -282,6 +282,46 @@ impl CallerMemoryQueuePair {
             )),
             Err((e, false)) => Err(BatchRefused::Partly(e, ticket)),
         }
+    }
+
+    /// Test hook: the provider refuses the next [`Self::post_batch`]'s first request (`ENOMEM`),
+    /// so none is posted; with `tail`, its last, after posting the others.
+    #[cfg(rdma_async_hooks)]
+    pub(crate) fn fail_next_batch(&self, tail: bool) {
+        let fault = if tail {
+            Fault::BatchTail
+        } else {
+            Fault::BatchHead
+        };
+        injected_faults::arm(self.fault_key(), fault);
+    }
+
+    /// The list's post, or the failure a test armed for it ([`Self::fail_next_batch`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::post_send_list`].
+    unsafe fn post_batch_list(
+        &self,
+        wrs: &mut [sys::ibv_send_wr],
+    ) -> Result<(), (io::Error, bool)> {
+        #[cfg(rdma_async_hooks)]
+        {
+            let refused = || error::call_error("ibv_post_send", libc::ENOMEM);
+            if injected_faults::take(self.fault_key(), Fault::BatchHead) {
+                return Err((refused(), true));
+            }
+            if let [.., before_last, _] = wrs
+                && injected_faults::take(self.fault_key(), Fault::BatchTail)
+            {
+                before_last.next = std::ptr::null_mut();
+                // SAFETY: the caller's obligations, for the list without its last request.
+                unsafe { self.post_send_list(&mut wrs[0]) }?;
+                return Err((refused(), false));
+            }
+        }
+        // SAFETY: the caller's obligations.
+        unsafe { self.post_send_list(&mut wrs[0]) }
     }
 
     /// Test hook: the next [`Self::ring`] that has requests to post fails (`ENOMEM`) and posts
