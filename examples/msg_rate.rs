@@ -4,14 +4,17 @@
 //! one boot.
 //!
 //!     msg_rate server ADDR KIND DEPTH SIZE            serve one client, then report
-//!     msg_rate client ADDR KIND DEPTH SIZE COUNT      COUNT messages, then report
+//!     msg_rate client ADDR KIND DEPTH SIZE COUNT [--batch N]
+//!                                                     COUNT messages, then report
 //!     msg_rate --help
 //!
 //! SIZE is at least 8 (the first message carries COUNT). KIND is `send` (an `Endpoint`: the client sends, the server receives every message) or
 //! `write` (an `RdmaConnection`: the client RDMA-writes into a region the server advertised,
 //! DEPTH writes in flight from DEPTH writers, futures that one task drives through a
 //! `FuturesUnordered`, so that what is counted per write is the library's work rather than a
-//! Tokio task's scheduling). Each side times from its first message to the
+//! Tokio task's scheduling). With `--batch N` (`write` only, N dividing DEPTH) the client
+//! keeps DEPTH writes in flight as DEPTH / N batches of N (`RdmaConnection::write_batch`: one
+//! list of work requests, one doorbell and one completion per batch). Each side times from its first message to the
 //! last, and prints one line: `KIND side depth=.. size=.. msgs=.. secs=.. msgs_per_s=..
 //! cpu_us_per_msg=..`.
 
@@ -156,17 +159,53 @@ fn rdma_options(depth: u32) -> RdmaOptions {
     RdmaOptions::new().send_depth(depth.max(2)).recv_depth(4)
 }
 
-async fn client_write(
+/// The writing client's connection, and the region the server advertised.
+async fn connect_writer(
     addr: SocketAddr,
     depth: u32,
-    size: usize,
-    count: u64,
-) -> Result<(), BoxError> {
+) -> Result<(Arc<RdmaConnection>, RemoteRegion), BoxError> {
     let conn = Arc::new(RdmaConnection::connect_with(addr, &rdma_options(depth)).await?);
     let inbox = conn.reg_msgs(RemoteRegion::ENCODED_LEN)?;
     let (got, inbox) = conn.recv(inbox, ..).await;
     got?;
     let remote = RemoteRegion::from_bytes(&inbox)?;
+    Ok((conn, remote))
+}
+
+/// After `count` writes that started at `started` (usage, time, doorbells): tells the server
+/// the count and reports.
+async fn finish_writes(
+    conn: &RdmaConnection,
+    count: u64,
+    started: (Usage, Instant, u64),
+    depth: u32,
+    size: usize,
+) -> Result<(), BoxError> {
+    let (usage, start, posts) = started;
+    let measured = Measured {
+        msgs: count,
+        secs: start.elapsed(),
+        cost: Some((usage, Usage::now()?)),
+        post_sends: Some(conn.post_send_calls() - posts),
+    };
+    let mut done = conn.reg_msgs(DONE_LEN)?;
+    done.copy_from_slice(&count.to_le_bytes());
+    conn.send(done, ..).await.0?;
+    measured.report("write", "client", depth, size);
+    Ok(())
+}
+
+async fn client_write(
+    addr: SocketAddr,
+    depth: u32,
+    size: usize,
+    count: u64,
+    batch: u32,
+) -> Result<(), BoxError> {
+    if batch > 1 {
+        return client_write_batches(addr, depth, size, count, batch).await;
+    }
+    let (conn, remote) = connect_writer(addr, depth).await?;
     // Writer `i` does every depth-th write, from its own buffer into its own remote slot, so
     // concurrent writes never overlap.
     let mut writers = Vec::with_capacity(depth as usize);
@@ -200,17 +239,64 @@ async fn client_write(
         Ok::<_, std::io::Error>(())
     })
     .await??;
-    let measured = Measured {
-        msgs: count,
-        secs: start.elapsed(),
-        cost: Some((usage, Usage::now()?)),
-        post_sends: Some(conn.post_send_calls() - posts),
-    };
-    let mut done = conn.reg_msgs(DONE_LEN)?;
-    done.copy_from_slice(&count.to_le_bytes());
-    conn.send(done, ..).await.0?;
-    measured.report("write", "client", depth, size);
-    Ok(())
+    finish_writes(&conn, count, (usage, start, posts), depth, size).await
+}
+
+/// As [`client_write`], with the writes in batches of `batch` (which divides `depth`): `depth /
+/// batch` writers, each with `batch` buffers and remote slots, in one task.
+async fn client_write_batches(
+    addr: SocketAddr,
+    depth: u32,
+    size: usize,
+    count: u64,
+    batch: u32,
+) -> Result<(), BoxError> {
+    if !depth.is_multiple_of(batch) {
+        return Err(format!("--batch {batch} does not divide the depth {depth}").into());
+    }
+    let (conn, remote) = connect_writer(addr, depth).await?;
+    let (groups, batch) = (u64::from(depth / batch), batch as usize);
+    let mut writers = Vec::with_capacity(groups as usize);
+    for g in 0..groups {
+        let writes = count / groups + u64::from(g < count % groups);
+        let mut regions = Vec::with_capacity(batch);
+        let mut slots = Vec::with_capacity(batch);
+        for j in 0..batch {
+            let at = u32::try_from((g as usize * batch + j) * size)?;
+            slots.push(remote.slice(at, u32::try_from(size)?)?);
+            regions.push(conn.reg_msgs(size)?);
+        }
+        writers.push((regions, slots, writes));
+    }
+    let (usage, start, posts) = (Usage::now()?, Instant::now(), conn.post_send_calls());
+    let driver = conn.clone();
+    tokio::spawn(async move {
+        let conn = &driver;
+        let mut in_flight: FuturesUnordered<_> = writers
+            .into_iter()
+            .map(|(mut regions, slots, mut left)| async move {
+                while left > 0 {
+                    let n = left.min(batch as u64) as usize;
+                    let writes = regions
+                        .drain(..n)
+                        .zip(&slots)
+                        .map(|(region, &slot)| (region, 0..size, slot))
+                        .collect();
+                    let (wrote, back) = conn.write_batch(writes).await;
+                    wrote?;
+                    regions.splice(0..0, back);
+                    left -= n as u64;
+                }
+                Ok::<_, std::io::Error>(())
+            })
+            .collect();
+        while let Some(done) = in_flight.next().await {
+            done?;
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await??;
+    finish_writes(&conn, count, (usage, start, posts), depth, size).await
 }
 
 /// Message rate at a queue depth: `Endpoint` sends or `RdmaConnection` RDMA writes of SIZE
@@ -226,6 +312,10 @@ enum Options {
         shape: Shape,
         /// Messages to send.
         count: u64,
+        /// `write` only: post the writes in batches of this many (dividing DEPTH), each one
+        /// list of work requests with one completion.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        batch: u32,
     },
 }
 
@@ -272,11 +362,16 @@ async fn main() {
             }
             Err(e) => Err(e.into()),
         },
-        Options::Client { shape, count } => {
+        Options::Client {
+            shape,
+            count,
+            batch,
+        } => {
             let (addr, depth, size) = (shape.addr, shape.depth, shape.size as usize);
             match shape.kind {
+                Kind::Send if batch > 1 => Err("--batch is for `write`".into()),
                 Kind::Send => client_send(addr, depth, size, count).await,
-                Kind::Write => client_write(addr, depth, size, count).await,
+                Kind::Write => client_write(addr, depth, size, count, batch).await,
             }
         }
     };

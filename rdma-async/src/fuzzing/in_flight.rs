@@ -2,7 +2,8 @@
 //! (`InFlightTable`, its real code), under a random sequence of posts (some whose post fails),
 //! completions with any status and in any order, including second completions, stale ids (of a
 //! slot since reused) and made-up ids a buggy or hostile provider could return, waiters polling
-//! and dropping their futures (abandon), and `flush_all`.
+//! and dropping their futures (abandon), and `flush_all`; and completions of batch members
+//! (the unsignaled requests before a batch's last), which only record the first error.
 //!
 //! The buffers are [`Probe`]s, which record when they are dropped, and the harness keeps a model
 //! of every slot, which makes the invariants checkable after every step:
@@ -11,7 +12,8 @@
 //!   abandoned one, or to the poster whose post failed; never for another slot's id, a stale id
 //!   or a made-up one;
 //! - the table never drops a buffer itself, and a completion names the request its id named,
-//!   with the status it came with (or a flush);
+//!   with the status it came with (or a flush), or the first error of a member of its batch;
+//! - a member's completion never frees a slot;
 //! - a waiter that polled `Pending` is woken by its completion or the flush;
 //! - the count of outstanding requests is the model's; a post fails only when every slot is
 //!   taken, and gives its buffer back;
@@ -23,7 +25,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll, Wake, Waker};
 
-use crate::verbs::{Held, InFlightTable, Probe, Ticket, WcStatus, WorkCompletion, WorkQueue};
+use crate::verbs::{
+    Held, InFlightTable, Probe, Ticket, WcStatus, WorkCompletion, WorkQueue, batch_member_id,
+};
 
 /// At most this many steps of an input are run (a bigger input is the same run).
 const MAX_STEPS: usize = 512;
@@ -61,6 +65,8 @@ struct Entry {
     wakes: Arc<WakeCount>,
     /// The wake count when its waiter last polled `Pending` (it waits for a wake-up).
     waiting_since: Option<usize>,
+    /// The first error a member of its batch completed with: the request completes with it.
+    member_error: Option<WorkCompletion>,
 }
 
 impl Entry {
@@ -123,7 +129,7 @@ pub fn in_flight(bytes: &[u8]) {
 
 impl Run {
     fn step(&mut self, op: u8, arg: u8, input: &mut Input<'_>) {
-        match op % 9 {
+        match op % 10 {
             0 => self.post(arg, false),
             1 => self.post(arg, true),
             2 => {
@@ -148,6 +154,12 @@ impl Run {
             5 => self.poll(arg),
             6 => self.abandon(arg),
             7 => self.flush(),
+            8 => {
+                if let Some(i) = self.pick(arg, |_| true) {
+                    let wr_id = batch_member_id(self.entries[i].wr_id);
+                    self.complete(wr_id, input.byte());
+                }
+            }
             _ => {
                 if let Some(i) = self.pick(arg, |e| !matches!(e.state, State::Abandoned)) {
                     let e = &self.entries[i];
@@ -215,6 +227,7 @@ impl Run {
                         state: State::Posted,
                         wakes: Arc::default(),
                         waiting_since: None,
+                        member_error: None,
                     });
                 }
             }
@@ -243,6 +256,22 @@ impl Run {
             ..WorkCompletion::EMPTY
         };
         let freed = self.table.complete(&wc);
+        let member_bit = batch_member_id(0);
+        if wr_id & member_bit != 0 {
+            assert!(freed.is_none(), "a batch member's completion freed a slot");
+            let request = wr_id & !member_bit;
+            if let Some(e) = self.entries.iter_mut().find(|e| e.wr_id == request)
+                && matches!(e.state, State::Posted | State::Abandoned)
+                && e.member_error.is_none()
+                && !status.is_success()
+            {
+                e.member_error = Some(WorkCompletion {
+                    wr_id: request,
+                    ..wc
+                });
+            }
+            return;
+        }
         let Some(i) = self.entries.iter().position(|e| e.wr_id == wr_id) else {
             assert!(
                 freed.is_none(),
@@ -254,7 +283,7 @@ impl Run {
             State::Posted => {
                 assert!(freed.is_none(), "a waited-for request's slot was freed");
                 let e = &mut self.entries[i];
-                e.state = State::Done(wc);
+                e.state = State::Done(e.member_error.unwrap_or(wc));
                 if let Some(before) = e.waiting_since {
                     assert!(e.wakes() > before, "the waiter of {} was not woken", e.id);
                 }
@@ -344,11 +373,11 @@ impl Run {
         }
         for e in &mut self.entries {
             if let State::Posted = e.state {
-                e.state = State::Done(WorkCompletion {
+                e.state = State::Done(e.member_error.unwrap_or(WorkCompletion {
                     wr_id: e.wr_id,
                     status: WcStatus::FLUSH,
                     ..WorkCompletion::EMPTY
-                });
+                }));
                 if let Some(before) = e.waiting_since {
                     assert!(e.wakes() > before, "the flush did not wake {}", e.id);
                 }

@@ -24,7 +24,10 @@
 //! run, in case they post beside it) or one wake-up from the connection's completion task.
 //! Send-queue operations posted while others are outstanding share doorbells: those of one
 //! scheduler pass go to the device with one `ibv_post_send`
-//! ([`RdmaConnection::post_send_calls`]).
+//! ([`RdmaConnection::post_send_calls`]). Where one task has many writes ready at once,
+//! [`RdmaConnection::write_batch`] posts them as one list with one signaled completion: the
+//! future, the table slot, the completion and the wake-up are then the batch's, not each
+//! write's (a 64 B write at depth 64 costs about half as many instructions in batches of 16).
 //!
 //! ```no_run
 //! use rdma_async::cm::CmListener;

@@ -14,8 +14,12 @@ use tokio::sync::Notify;
 #[derive(Debug)]
 pub(in crate::rdma) struct QueueSlots {
     free: AtomicUsize,
-    /// Operations waiting in [`Self::take`] for a place.
+    /// Operations waiting in [`Self::take`] for places.
     waiting: AtomicUsize,
+    /// Those of them that wait for more than one place (a batch): while there are any, a
+    /// place given back wakes every waiter, since a wake-up for one place that went to a
+    /// batch it does not suffice for would be lost to the others.
+    waiting_many: AtomicUsize,
     /// Told when a place comes back while someone waits.
     freed: Notify,
 }
@@ -35,21 +39,22 @@ impl QueueSlots {
         QueueSlots {
             free: AtomicUsize::new(depth),
             waiting: AtomicUsize::new(0),
+            waiting_many: AtomicUsize::new(0),
             freed: Notify::new(),
         }
     }
 
-    /// Takes a place if one is free.
-    pub(in crate::rdma) fn try_take(&self) -> bool {
+    /// Takes `n` places if that many are free.
+    pub(in crate::rdma) fn try_take(&self, n: usize) -> bool {
         // SeqCst: a waiter's count and this read must not pass each other (see `give_back`).
         let mut free = self.free.load(Ordering::SeqCst);
         loop {
-            if free == 0 {
+            if free < n {
                 return false;
             }
             match self.free.compare_exchange_weak(
                 free,
-                free - 1,
+                free - n,
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
@@ -59,24 +64,28 @@ impl QueueSlots {
         }
     }
 
-    /// Takes a place, waiting until one is free.
+    /// Takes `n` places (at most the depth), waiting until that many are free.
     ///
     /// # Cancel safety
     ///
     /// Cancel safe: a dropped wait took no place, and a wake-up it was given goes on to another
     /// waiter (Tokio's `Notified` passes it on when dropped).
-    pub(in crate::rdma) async fn take(&self) {
+    pub(in crate::rdma) async fn take(&self, n: usize) {
         loop {
-            if self.try_take() {
+            if self.try_take(n) {
                 return;
             }
             self.waiting.fetch_add(1, Ordering::SeqCst);
             let _waiting = Waiting(&self.waiting);
+            let _waiting_many = (n > 1).then(|| {
+                self.waiting_many.fetch_add(1, Ordering::SeqCst);
+                Waiting(&self.waiting_many)
+            });
             let notified = self.freed.notified();
             tokio::pin!(notified);
             // Registered before the second look: a place given back after it wakes this wait.
             notified.as_mut().enable();
-            if self.try_take() {
+            if self.try_take(n) {
                 return;
             }
             notified.await;
@@ -89,8 +98,12 @@ impl QueueSlots {
         // sees its count and wakes it.
         self.free.fetch_add(n, Ordering::SeqCst);
         if self.waiting.load(Ordering::SeqCst) > 0 {
-            for _ in 0..n {
-                self.freed.notify_one();
+            if self.waiting_many.load(Ordering::SeqCst) > 0 {
+                self.freed.notify_waiters();
+            } else {
+                for _ in 0..n {
+                    self.freed.notify_one();
+                }
             }
         }
     }
@@ -105,20 +118,57 @@ impl QueueSlots {
 mod tests {
     use std::sync::Arc;
     use std::sync::atomic::AtomicUsize;
-    use std::task::Poll;
+    use std::task::{Context, Poll};
 
     use super::*;
 
     #[test]
     fn places_are_taken_until_none_is_free_and_come_back() {
         let slots = QueueSlots::new(2);
-        assert!(slots.try_take());
-        assert!(slots.try_take());
-        assert!(!slots.try_take(), "a third place out of two");
+        assert!(slots.try_take(1));
+        assert!(slots.try_take(1));
+        assert!(!slots.try_take(1), "a third place out of two");
         assert_eq!(slots.available(), 0);
         slots.give_back(1);
         assert_eq!(slots.available(), 1);
-        assert!(slots.try_take());
+        assert!(slots.try_take(1));
+    }
+
+    /// A batch waits until all of its places are free, and a waiter for one place still gets
+    /// the place that comes back while the batch waits (its wake-up is not spent on the batch).
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_batch_takes_all_its_places_at_once_and_single_waiters_are_not_starved() {
+        let slots = QueueSlots::new(4);
+        assert!(slots.try_take(3));
+        assert!(!slots.try_take(2), "two places out of one");
+        let mut batch = std::pin::pin!(slots.take(4));
+        let mut single = std::pin::pin!(slots.take(2));
+        let (batch_woken, batch_waker) = crate::wake_count::counting_waker();
+        let (single_woken, single_waker) = crate::wake_count::counting_waker();
+        let mut batch_cx = Context::from_waker(&batch_waker);
+        let mut single_cx = Context::from_waker(&single_waker);
+        assert!(batch.as_mut().poll(&mut batch_cx).is_pending());
+        assert!(single.as_mut().poll(&mut single_cx).is_pending());
+        slots.give_back(1);
+        assert_eq!(
+            single_woken.get(),
+            1,
+            "the places came back without waking their waiter"
+        );
+        assert!(
+            batch.as_mut().poll(&mut batch_cx).is_pending(),
+            "4 places out of 2"
+        );
+        assert!(single.as_mut().poll(&mut single_cx).is_ready());
+        assert_eq!(slots.available(), 0);
+        let woken = batch_woken.get();
+        slots.give_back(4);
+        assert!(
+            batch_woken.get() > woken,
+            "the batch's places came back without waking it"
+        );
+        assert!(batch.as_mut().poll(&mut batch_cx).is_ready());
+        assert_eq!(slots.available(), 0);
     }
 
     /// Many tasks on several threads contend for few places: never more are held than exist,
@@ -135,7 +185,7 @@ mod tests {
                     for round in 0..200 {
                         if (i + round) % 5 == 0 {
                             // A wait given up after one poll: it must not swallow a wake-up.
-                            let mut dropped = std::pin::pin!(slots.take());
+                            let mut dropped = std::pin::pin!(slots.take(1));
                             let took = std::future::poll_fn(|cx| {
                                 Poll::Ready(dropped.as_mut().poll(cx).is_ready())
                             })
@@ -144,7 +194,7 @@ mod tests {
                                 slots.give_back(1);
                             }
                         }
-                        slots.take().await;
+                        slots.take(1).await;
                         let now = held.fetch_add(1, Ordering::SeqCst) + 1;
                         assert!(now <= DEPTH, "{now} places held of {DEPTH}");
                         tokio::task::yield_now().await;

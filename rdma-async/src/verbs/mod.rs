@@ -51,13 +51,13 @@ pub(crate) use mr::{
 #[cfg(rdma_async_hooks)]
 pub(crate) use pd::reply_handle_hold;
 pub(crate) use pd::{AddressHandle, GRH_LEN, ProtectionDomain};
-#[cfg(any(test, rdma_async_fuzzing))]
-pub(crate) use qp::Probe;
 pub(crate) use qp::{
-    BufferView, Doorbell, Held, InFlightTable, MAX_SEGMENTS, Opcode, Payload, Posted, QpCaps,
-    Segment, SendChain, SharedRecvQueue, Ticket, UdCaps, UdQueuePair, UdSend, WorkQueue,
+    BatchRefused, BufferView, Doorbell, Held, InFlightTable, MAX_SEGMENTS, Opcode, Payload, Posted,
+    QpCaps, Segment, SendChain, SharedRecvQueue, Ticket, UdCaps, UdQueuePair, UdSend, WorkQueue,
     WorkRequest, port_mtu,
 };
+#[cfg(any(test, rdma_async_fuzzing))]
+pub(crate) use qp::{Probe, batch_member_id};
 // `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export them; without them they
 // stay crate-private.
 pub use mr::ForeignMemory;

@@ -20,6 +20,7 @@ mod memory;
 mod pool;
 mod ports;
 mod preload;
+mod rdma_batches;
 mod rdma_doorbells;
 mod rdma_ops;
 mod rdma_setup;

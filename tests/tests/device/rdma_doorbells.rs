@@ -70,7 +70,7 @@ async fn join_all(
 
 /// A connected pair with `opts`, and a region of `slots` 8-byte slots on the server that the
 /// client learned the key of.
-async fn pair_with_target(
+pub(super) async fn pair_with_target(
     opts: &RdmaOptions,
     slots: usize,
 ) -> (
@@ -86,7 +86,7 @@ async fn pair_with_target(
     (server, client, target, remote)
 }
 
-fn slot_bytes(bytes: &[u8], slot: usize) -> u64 {
+pub(super) fn slot_bytes(bytes: &[u8], slot: usize) -> u64 {
     u64::from_be_bytes(bytes[slot * 8..slot * 8 + 8].try_into().unwrap())
 }
 
@@ -163,16 +163,22 @@ async fn a_refused_chained_post_ends_the_connection_and_returns_every_buffer() {
     for slot in 1..TASKS {
         assert_eq!(slot_bytes(&bytes, slot), 0, "write {slot} reached the peer");
     }
+    assert_later_writes_refused(&client, remote, "posting queued work requests").await;
+}
+
+/// A write on `client`, whose connection ended, is refused with an error that says `cause`.
+pub(super) async fn assert_later_writes_refused(
+    client: &RdmaConnection,
+    remote: RemoteRegion,
+    cause: &str,
+) {
     let (later, _) = guard(
         "a later write",
         client.write(client.reg_msgs(8).unwrap(), .., remote.slice(0, 8).unwrap()),
     )
     .await;
     let e = later.expect_err("the connection ended");
-    assert!(
-        e.to_string().contains("posting queued work requests"),
-        "{e}"
-    );
+    assert!(e.to_string().contains(cause), "{e}");
 }
 
 /// The connection is closed (by a task that runs after the 7 writes left their requests, before

@@ -19,8 +19,9 @@ use crate::rdma::srq::SharedReceiveQueue;
 use crate::reactor::AsyncCq;
 use crate::verbs::wc_error;
 use crate::verbs::{
-    CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable,
-    PolledCompletion, Posted, ProtectionDomain, Ticket, WcStatus, WorkCompletion, WorkQueue,
+    BatchRefused, CallerMemoryQueuePair, CompletionBatch, Doorbell, Held, IdDevice, InFlightTable,
+    Opcode, PolledCompletion, Posted, ProtectionDomain, Segment, Ticket, WcStatus, WorkCompletion,
+    WorkQueue,
 };
 
 /// What is created between route resolution and connect/accept.
@@ -143,6 +144,59 @@ impl ConnShared {
             queue,
         };
         post_and_wait(&self.table, self.slots(queue), held, guarded, Some(reaper))
+    }
+
+    /// The send queue's depth: the most places an operation may take.
+    pub(in crate::rdma) fn send_depth(&self) -> usize {
+        self.depths.0 as usize
+    }
+
+    /// Waits for `held`'s places on the send queue (a [`Held::Batch`]: one per member), then
+    /// posts `members` as one list whose last request alone is signaled
+    /// ([`CallerMemoryQueuePair::post_batch`]), unless the connection is closed or failed;
+    /// returns the completion (of the last request, or the first member's error) and the
+    /// buffers. Requests left for one doorbell are posted first, so that they keep their
+    /// order before the batch. If the provider takes only part of the list, the connection
+    /// ends ([`Self::fail`]): the members it took complete unsignaled, so only destroying the
+    /// queue pair settles their slot, which then hands the buffers back with the cause.
+    pub(in crate::rdma) fn execute_batch<'a>(
+        &'a self,
+        held: Held,
+        members: Vec<(Segment, Opcode)>,
+    ) -> PostAndWait<'a, impl FnOnce(Held, &Waker) -> Posting + 'a> {
+        let guarded = move |held: Held, waker: &Waker| {
+            if let Some(err) = self.refusal(WorkQueue::Send) {
+                return Err((err, held));
+            }
+            self.ring();
+            let mut held = Some(held);
+            let posted = self.link.while_open(|| {
+                self.qp
+                    .post_batch(held.take().unwrap_or_default(), &members, waker)
+            });
+            match posted {
+                Some(Ok(ticket)) => Ok((ticket, Ring::Rung)),
+                Some(Err(BatchRefused::Unposted(e, held))) => Err((e, held)),
+                Some(Err(BatchRefused::Partly(e, ticket))) => {
+                    self.fail(io::Error::new(
+                        e.kind(),
+                        format!(
+                            "posting a batch of {} work requests to the connection to {} failed \
+                             after part of it was posted: {e}",
+                            members.len(),
+                            self.link.peer_addr()
+                        ),
+                    ));
+                    Ok((ticket, Ring::Rung))
+                }
+                None => Err((self.closed_refusal(true), held.unwrap_or_default())),
+            }
+        };
+        let reaper = Reaper {
+            shared: self,
+            queue: WorkQueue::Send,
+        };
+        post_and_wait(&self.table, &self.send_slots, held, guarded, Some(reaper))
     }
 
     /// Posts the send-queue requests operations left for one doorbell ([`Ring`]), if any. Once
@@ -320,9 +374,10 @@ impl ConnShared {
         }
         for (queue, held) in self.table.flush_all() {
             // Only dropped operations' slots come back here.
+            let places = held.places();
             drop(held);
             self.reaping.handed_out();
-            self.slots(queue).give_back(1);
+            self.slots(queue).give_back(places);
         }
     }
 
@@ -362,9 +417,10 @@ impl ConnShared {
         }
         for (queue, held) in freed {
             // A dropped operation's slot: the device is done with its buffers now.
+            let places = held.places();
             drop(held);
             self.reaping.handed_out();
-            self.slots(queue).give_back(1);
+            self.slots(queue).give_back(places);
         }
         if shared_queue && let Some(srq) = &self.srq {
             for wc in wcs.iter().filter(|wc| !self.table.owns(wc.wr_id())) {

@@ -49,7 +49,7 @@ pub(in crate::rdma) enum Ring {
     ByAnother,
 }
 
-/// Waits for one of `slots`, posts with `post` (given the task's waker, which it may put in the
+/// Waits for `held`'s places in `slots` ([`Held::places`]: one, or a batch's), posts with `post` (given the task's waker, which it may put in the
 /// table slot with the buffers), and waits for the completion in `table`; returns it with the
 /// buffers. The slot is given back by whoever frees the table slot. With a `reaper`
 /// (a connection's own queue pair), the operation may poll for its completion itself and rings
@@ -72,6 +72,7 @@ where
     PostAndWait {
         table,
         slots,
+        places: held.places(),
         reaper,
         unposted: Some((held, post)),
         acquire: None,
@@ -94,6 +95,8 @@ type Acquire<'a> = Pin<Box<dyn Future<Output = ()> + Send + Sync + 'a>>;
 pub(in crate::rdma) struct PostAndWait<'a, P> {
     table: &'a InFlightTable,
     slots: &'a QueueSlots,
+    /// The places of the work queue the operation takes.
+    places: usize,
     reaper: Option<Reaper<'a>>,
     /// Not posted yet: the buffers are the operation's own (dropping it drops them).
     unposted: Option<(Held, P)>,
@@ -142,9 +145,9 @@ where
                         std::task::ready!(waiting.as_mut().poll(cx));
                         this.acquire = None;
                     }
-                    None if this.slots.try_take() => {}
+                    None if this.slots.try_take(this.places) => {}
                     None => {
-                        let mut waiting: Acquire<'_> = Box::pin(this.slots.take());
+                        let mut waiting: Acquire<'_> = Box::pin(this.slots.take(this.places));
                         if waiting.as_mut().poll(cx).is_pending() {
                             this.acquire = Some(waiting);
                             return Poll::Pending;
@@ -157,13 +160,14 @@ where
                 let (ticket, ring) = match post(held, cx.waker()) {
                     Ok(posted) => posted,
                     Err((e, held)) => {
-                        this.slots.give_back(1);
+                        this.slots.give_back(this.places);
                         return Poll::Ready((Err(e), held));
                     }
                 };
                 let claim = Claim::new(
                     this.table,
                     this.slots,
+                    this.places,
                     ticket,
                     this.reaper,
                     ring == Ring::AfterOthers,
@@ -188,6 +192,7 @@ where
 struct Claim<'a> {
     table: &'a InFlightTable,
     slots: &'a QueueSlots,
+    places: usize,
     ticket: Ticket,
     reaper: Option<Reaper<'a>>,
     /// Counted as unattended
@@ -202,6 +207,7 @@ impl<'a> Claim<'a> {
     fn new(
         table: &'a InFlightTable,
         slots: &'a QueueSlots,
+        places: usize,
         ticket: Ticket,
         reaper: Option<Reaper<'a>>,
         rings: bool,
@@ -209,6 +215,7 @@ impl<'a> Claim<'a> {
         Claim {
             table,
             slots,
+            places,
             ticket,
             reaper,
             parked: false,
@@ -287,7 +294,7 @@ impl<'a> Claim<'a> {
                     }
                     self.done = true;
                     self.unpark();
-                    self.slots.give_back(1);
+                    self.slots.give_back(self.places);
                     return Poll::Ready((wc, held));
                 }
             }
@@ -354,7 +361,7 @@ impl Claim<'_> {
             Some((_, held)) => {
                 drop(held);
                 self.unpark();
-                self.slots.give_back(1);
+                self.slots.give_back(self.places);
             }
             // Still outstanding: the slot waits, unattended, for the completion that frees it
             // (`ConnShared::dispatch` counts it off then).

@@ -40,6 +40,13 @@ pub fn fail_next_chained_post(conn: &RdmaConnection) {
     conn.shared.qp.fail_next_ring();
 }
 
+/// The provider refuses the next [`RdmaConnection::write_batch`]'s list (`ENOMEM`): with
+/// `tail`, only its last request, after posting the others (whose buffers only destroying the
+/// queue pair can then settle, so the connection ends); else its first, so none is posted.
+pub fn fail_next_batch(conn: &RdmaConnection, tail: bool) {
+    conn.shared.qp.fail_next_batch(tail);
+}
+
 /// This end goes silent without telling the peer (its queue pair moves to the error state, no
 /// rdma_cm disconnect is sent), so the peer sees a host that vanished.
 ///

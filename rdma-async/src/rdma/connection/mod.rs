@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::completion_task::ConnShared;
 
 mod atomics;
+mod batch;
 mod closing;
 #[cfg(rdma_async_hooks)]
 pub mod hooks;

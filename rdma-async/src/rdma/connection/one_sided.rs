@@ -13,7 +13,7 @@ use crate::memory::span;
 use crate::verbs::Opcode;
 
 impl RdmaConnection {
-    fn check_remote(len: usize, remote: RemoteSlice, what: &str) -> io::Result<()> {
+    pub(super) fn check_remote(len: usize, remote: RemoteSlice, what: &str) -> io::Result<()> {
         if len > remote.len() as usize {
             return Err(error::invalid_input(format!(
                 "an RDMA {what} of {len} bytes does not fit the {}-byte remote slice",

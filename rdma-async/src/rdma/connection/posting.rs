@@ -29,6 +29,8 @@ pub(super) enum OpKind {
     Send,
     Recv,
     Write(RemoteSlice),
+    /// A batch of this many RDMA writes ([`RdmaConnection::write_batch`]).
+    WriteBatch(usize),
     Read(RemoteSlice),
     Atomic(&'static str, RemoteSlice),
     BindWindow,
@@ -56,6 +58,7 @@ impl OpKind {
             OpKind::Send => "send".to_owned(),
             OpKind::Recv => "receive".to_owned(),
             OpKind::Write(r) => format!("RDMA write to {:#x} (rkey {:#x})", r.addr(), r.rkey()),
+            OpKind::WriteBatch(n) => format!("batch of {n} RDMA writes"),
             OpKind::Read(r) => format!("RDMA read of {:#x} (rkey {:#x})", r.addr(), r.rkey()),
             OpKind::Atomic(name, r) => {
                 format!("atomic {name} at {:#x} (rkey {:#x})", r.addr(), r.rkey())
@@ -68,7 +71,7 @@ impl OpKind {
     /// The verb for length errors ("an RDMA write of N bytes ...").
     pub(super) fn verb(self) -> &'static str {
         match self {
-            OpKind::Write(_) => "write",
+            OpKind::Write(_) | OpKind::WriteBatch(_) => "write",
             OpKind::Read(_) => "read",
             _ => "operation",
         }
@@ -119,7 +122,9 @@ impl RdmaConnection {
             match held {
                 Held::Nothing => Vec::new(),
                 Held::One(b) => vec![B::from_user(Carried(b))],
-                Held::Many(v) => v.into_iter().map(|b| B::from_user(Carried(b))).collect(),
+                Held::Many(v) | Held::Batch(v) => {
+                    v.into_iter().map(|b| B::from_user(Carried(b))).collect()
+                }
                 // Only window operations hold a window.
                 Held::Window(_) => lost_buffer(),
                 #[cfg(any(test, rdma_async_fuzzing))]
@@ -135,7 +140,7 @@ impl RdmaConnection {
 
     /// Whether `buf` may take part in `op` on this connection.
     #[inline]
-    fn admit<B: RegisteredBytes>(&self, op: OpKind, buf: &B) -> io::Result<()> {
+    pub(super) fn admit<B: RegisteredBytes>(&self, op: OpKind, buf: &B) -> io::Result<()> {
         self.own(buf).and_then(|()| op.check_destination(buf))
     }
 
@@ -160,7 +165,7 @@ impl RdmaConnection {
     }
 
     /// `result`, or the error of `op`'s failed completion.
-    fn check_completion(
+    pub(super) fn check_completion(
         &self,
         result: io::Result<WorkCompletion>,
         op: OpKind,

@@ -42,7 +42,7 @@ fn held_sges(
 /// The scatter/gather entry of `seg`, checked against the buffer of `held` it indexes. Inlined
 /// (every single-buffer operation checks its one segment here), its errors built out of line.
 #[inline(always)]
-fn held_sge(held: &Held, seg: &Segment) -> io::Result<sys::ibv_sge> {
+pub(super) fn held_sge(held: &Held, seg: &Segment) -> io::Result<sys::ibv_sge> {
     let Some(buf) = held.get(seg.buffer) else {
         return Err(no_buffer(seg.buffer));
     };

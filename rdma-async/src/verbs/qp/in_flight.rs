@@ -24,6 +24,9 @@ pub(crate) enum Held {
     Nothing,
     One(UserBuffer),
     Many(Vec<UserBuffer>),
+    /// The buffers of a batch: one work request each, all posted as one list, with one slot
+    /// ([`batch_member_id`]).
+    Batch(Vec<UserBuffer>),
     /// A memory window and the region it is bound over (a bind or an invalidation).
     Window(Box<WindowBinding>),
     /// A device-free stand-in for registered memory (the `in_flight` fuzz harness): it records
@@ -56,10 +59,18 @@ impl Held {
         match self {
             Held::Nothing => None,
             Held::One(b) => (index == 0).then_some(b),
-            Held::Many(v) => v.get(index),
+            Held::Many(v) | Held::Batch(v) => v.get(index),
             Held::Window(binding) => (index == 0).then(|| binding.region()),
             #[cfg(any(test, rdma_async_fuzzing))]
             Held::Probe(_) => None,
+        }
+    }
+
+    /// The work requests these buffers went out in: the places of the work queue they hold.
+    pub(crate) fn places(&self) -> usize {
+        match self {
+            Held::Batch(v) => v.len(),
+            _ => 1,
         }
     }
 }
@@ -84,6 +95,22 @@ pub(crate) struct Ticket {
 /// The bit that marks the work request ids of a shared receive queue's table.
 pub(crate) const SHARED_TABLE_BIT: u64 = 1 << 63;
 
+/// The bit that marks the members of a batch before its last request ([`batch_member_id`]).
+const BATCH_MEMBER_BIT: u64 = 1 << 62;
+
+/// Slot generations stay below the two marking bits of a work request id.
+const GENERATION_MASK: u32 = 0x3fff_ffff;
+
+/// The id of a batch's requests before its last (whose id is the slot's own `wr_id`). They are
+/// posted unsignaled: on success they never complete, and the last one's completion frees the
+/// slot. A member that fails completes with an error all the same, and so may the flushes
+/// behind it; such a completion records its error in the slot ([`Completing`]) but frees
+/// nothing, since the requests after it may still be in the device's hands until the last one's
+/// completion, which always comes (signaled, or flushed).
+pub(crate) fn batch_member_id(wr_id: u64) -> u64 {
+    wr_id | BATCH_MEMBER_BIT
+}
+
 impl Ticket {
     fn wr_id(&self, tag: u64) -> u64 {
         tag | (u64::from(self.generation) << 32) | u64::from(self.index)
@@ -92,7 +119,7 @@ impl Ticket {
     fn from_wr_id(wr_id: u64) -> Self {
         Ticket {
             index: wr_id as u32,
-            generation: ((wr_id & !SHARED_TABLE_BIT) >> 32) as u32,
+            generation: ((wr_id & !(SHARED_TABLE_BIT | BATCH_MEMBER_BIT)) >> 32) as u32,
             waker_set: false,
         }
     }
@@ -135,8 +162,11 @@ struct Slot {
     state: SlotState,
     held: Held,
     waker: Option<Waker>,
-    /// The completion, while `Done`.
+    /// The completion, while `Done`; before, the error of a batch's failed member, if
+    /// `member_failed`.
     wc: WorkCompletion,
+    /// A member of the slot's batch completed with an error, kept in `wc`.
+    member_failed: bool,
 }
 
 #[derive(Debug)]
@@ -166,6 +196,7 @@ impl InFlightTable {
                 held: Held::Nothing,
                 waker: None,
                 wc: WorkCompletion::EMPTY,
+                member_failed: false,
             })
             .collect();
         InFlightTable {
@@ -261,8 +292,9 @@ impl InFlightTable {
     fn release(t: &mut SlotTable, index: u32) -> Held {
         let slot = &mut t.slots[index as usize];
         slot.state = SlotState::Free;
-        slot.generation = slot.generation.wrapping_add(1) & 0x7fff_ffff;
+        slot.generation = slot.generation.wrapping_add(1) & GENERATION_MASK;
         slot.waker = None;
+        slot.member_failed = false;
         let held = std::mem::take(&mut slot.held);
         t.free.push(index);
         t.outstanding -= 1;
@@ -303,11 +335,14 @@ impl InFlightTable {
             let queue = slot.queue;
             match slot.state {
                 SlotState::Posted => {
-                    slot.wc = WorkCompletion {
-                        wr_id,
-                        status: WcStatus::FLUSH,
-                        ..WorkCompletion::EMPTY
-                    };
+                    // A batch member's error says more than the flush.
+                    if !slot.member_failed {
+                        slot.wc = WorkCompletion {
+                            wr_id,
+                            status: WcStatus::FLUSH,
+                            ..WorkCompletion::EMPTY
+                        };
+                    }
                     slot.state = SlotState::Done;
                     if let Some(w) = slot.waker.take() {
                         w.wake();
@@ -417,10 +452,16 @@ impl Completing<'_> {
         if slot.generation != ticket.generation {
             return None;
         }
+        if wr_id & BATCH_MEMBER_BIT != 0 {
+            Self::member_completed(slot, wc);
+            return None;
+        }
         match slot.state {
             SlotState::Posted => {
                 slot.state = SlotState::Done;
-                slot.wc = wc();
+                if !slot.member_failed {
+                    slot.wc = wc();
+                }
                 if let Some(w) = slot.waker.take() {
                     w.wake();
                 }
@@ -432,6 +473,26 @@ impl Completing<'_> {
             }
             // A second completion for one request cannot happen; keep what is there.
             SlotState::Free | SlotState::Done => None,
+        }
+    }
+
+    /// A batch member before the last completed: it can only have failed (or been flushed), as
+    /// the successful ones are unsignaled. The first error is kept for the batch's waiter; the
+    /// slot stays outstanding until the last request's completion. Out of line: batches that
+    /// succeed never come here.
+    #[cold]
+    #[inline(never)]
+    fn member_completed(slot: &mut Slot, wc: impl FnOnce() -> WorkCompletion) {
+        if slot.member_failed || !matches!(slot.state, SlotState::Posted | SlotState::Abandoned) {
+            return;
+        }
+        let wc = wc();
+        if !wc.status.is_success() {
+            slot.wc = WorkCompletion {
+                wr_id: wc.wr_id & !BATCH_MEMBER_BIT,
+                ..wc
+            };
+            slot.member_failed = true;
         }
     }
 }
@@ -608,6 +669,86 @@ mod tests {
             Some((WorkQueue::Recv, _))
         ));
         assert_eq!(table.outstanding(), 0);
+    }
+
+    fn failed(wr_id: u64, status: WcStatus) -> WorkCompletion {
+        WorkCompletion {
+            wr_id,
+            status,
+            ..WorkCompletion::EMPTY
+        }
+    }
+
+    /// A batch's members complete only when they fail (or are flushed): their errors are kept
+    /// for the waiter, but only the last request's completion frees the slot, since the
+    /// device may still read the buffers of the requests behind a failed one until then.
+    #[test]
+    fn a_batch_slot_keeps_its_first_member_error_and_waits_for_its_last_request() {
+        let table = InFlightTable::new(2, false);
+        let (ticket, id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        let member = batch_member_id(id);
+        assert_ne!(member, id);
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        assert!(table.poll(&ticket, &mut cx).is_pending());
+        // A member reported as successful (a queue pair that signals every request) is
+        // nothing to the slot.
+        assert!(table.complete(&wc(member)).is_none());
+        assert!(
+            table
+                .complete(&failed(member, WcStatus::REMOTE_ACCESS))
+                .is_none()
+        );
+        assert!(table.complete(&failed(member, WcStatus::FLUSH)).is_none());
+        assert!(
+            table.poll(&ticket, &mut cx).is_pending(),
+            "a member's error handed the buffers out before the last request completed"
+        );
+        assert_eq!(table.outstanding(), 1);
+        assert!(table.complete(&failed(id, WcStatus::FLUSH)).is_none());
+        match table.poll(&ticket, &mut cx) {
+            Poll::Ready((wc, _, WorkQueue::Send)) => {
+                assert_eq!(wc.status, WcStatus::REMOTE_ACCESS, "not the first error");
+                assert_eq!(wc.wr_id, id);
+            }
+            other => panic!("the batch did not complete: {other:?}"),
+        }
+        // The slot's next request starts with no member error.
+        let (next, next_id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        assert!(table.complete(&wc(next_id)).is_none());
+        match table.poll(&next, &mut cx) {
+            Poll::Ready((wc, _, _)) => assert!(wc.status.is_success()),
+            Poll::Pending => panic!("the next request did not complete"),
+        }
+    }
+
+    /// A dropped batch's buffers stay until its last request completes, whatever its members
+    /// report; a flush of the table keeps a member's error.
+    #[test]
+    fn an_abandoned_batch_is_freed_by_its_last_request_and_a_flush_keeps_member_errors() {
+        let table = InFlightTable::new(2, false);
+        let (dropped, id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        assert!(table.abandon(&dropped).is_none());
+        assert!(
+            table
+                .complete(&failed(batch_member_id(id), WcStatus::REMOTE_ACCESS))
+                .is_none()
+        );
+        assert_eq!(table.outstanding(), 1, "a member's error freed the slot");
+        assert!(table.complete(&failed(id, WcStatus::FLUSH)).is_some());
+        assert_eq!(table.outstanding(), 0);
+
+        let (waiting, id) = table.insert(Held::Nothing, WorkQueue::Send).unwrap();
+        assert!(
+            table
+                .complete(&failed(batch_member_id(id), WcStatus::REMOTE_ACCESS))
+                .is_none()
+        );
+        assert!(table.flush_all().is_empty());
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        match table.poll(&waiting, &mut cx) {
+            Poll::Ready((wc, _, _)) => assert_eq!(wc.status, WcStatus::REMOTE_ACCESS),
+            Poll::Pending => panic!("the flush did not complete the batch"),
+        }
     }
 }
 

@@ -15,12 +15,12 @@ mod shared_recv_queue;
 mod ud_queue_pair;
 mod work_request;
 
-#[cfg(any(test, rdma_async_fuzzing))]
-pub(crate) use in_flight::Probe;
 pub(crate) use in_flight::{Held, InFlightTable, Ticket, WorkQueue};
+#[cfg(any(test, rdma_async_fuzzing))]
+pub(crate) use in_flight::{Probe, batch_member_id};
 // `pub` so that the test hooks (`--cfg rdma_async_hooks`) can re-export them; without them they
 // stay crate-private.
-pub(crate) use queue_pair::{BufferView, QpCaps};
+pub(crate) use queue_pair::{BatchRefused, BufferView, QpCaps};
 pub use queue_pair::{CallerMemoryQueuePair, OwnedBufferQueuePair};
 pub(crate) use send_chain::SendChain;
 pub(crate) use shared_recv_queue::SharedRecvQueue;

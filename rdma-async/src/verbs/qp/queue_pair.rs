@@ -38,6 +38,7 @@ mod caller_memory;
 mod injected_faults;
 mod owned_buffers;
 
+pub(crate) use caller_memory::BatchRefused;
 pub use caller_memory::CallerMemoryQueuePair;
 pub(crate) use owned_buffers::BufferView;
 pub use owned_buffers::OwnedBufferQueuePair;
@@ -253,6 +254,31 @@ impl<M> RcQueuePair<M> {
         // SAFETY: the QP is live while `with_qp` runs; the caller vouches for the memory `wr`
         // names.
         self.with_qp(|qp| unsafe { post_send(qp, wr) })
+    }
+
+    /// As [`Self::post_send_wr`], for a list of requests that must be settled as a whole: on
+    /// failure, whether none of them reached the device (the provider refused the first), as
+    /// opposed to some (it refused a later one, and those before it were posted).
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::post_send_wr`].
+    pub(super) unsafe fn post_send_list(
+        &self,
+        wr: &mut sys::ibv_send_wr,
+    ) -> Result<(), (io::Error, bool)> {
+        let head: *mut sys::ibv_send_wr = wr;
+        let mut bad = ptr::null_mut();
+        // SAFETY: the QP is live while `with_qp` runs; the caller vouches for the memory the
+        // list names.
+        let posted =
+            self.with_qp(|qp| Ok(unsafe { sys::rdma_async_post_send(qp, head, &mut bad) }));
+        match posted {
+            Ok(0) => Ok(()),
+            Ok(ret) => Err((post_send_error(ret), bad.is_null() || bad == head)),
+            // Destroyed: nothing was posted.
+            Err(e) => Err((e, true)),
+        }
     }
 
     /// Moves the queue pair to the error state: outstanding work requests complete with

@@ -10,8 +10,8 @@ use std::task::Waker;
 use rdma_async_sys as sys;
 
 use super::super::deferred_sends::DeferredSends;
-use super::super::held_posting::{hold_and_post, post_recv_into};
-use super::super::in_flight::{Held, InFlightTable, Ticket, WorkQueue};
+use super::super::held_posting::{held_sge, hold_and_post, post_recv_into};
+use super::super::in_flight::{Held, InFlightTable, Ticket, WorkQueue, batch_member_id};
 use super::super::shared_recv_queue::SharedRecvQueue;
 use super::super::work_request::{Doorbell, Opcode, Posted, Segment, set_opcode};
 #[cfg(rdma_async_hooks)]
@@ -42,6 +42,17 @@ pub struct CallerMemory {
 
 /// A queue pair that posts caller memory, held in its in-flight table until completion.
 pub type CallerMemoryQueuePair = RcQueuePair<CallerMemory>;
+
+/// Why [`CallerMemoryQueuePair::post_batch`] failed, and where its buffers are.
+#[derive(Debug)]
+pub(crate) enum BatchRefused {
+    /// None of the batch reached the device: the buffers come back.
+    Unposted(io::Error, Held),
+    /// The provider refused a request after others of the list were posted. Those complete
+    /// unsignaled, so no completion frees the slot: its buffers stay in the table until the
+    /// queue pair is destroyed and the table flushed, which the caller must do.
+    Partly(io::Error, Ticket),
+}
 
 impl CallerMemoryQueuePair {
     /// Creates the RC queue pair of `id` on `pd` (which may belong to another id on the same
@@ -184,6 +195,133 @@ impl CallerMemoryQueuePair {
             },
         )?;
         Ok(Posted { ticket, doorbell })
+    }
+
+    /// Moves `held` (a [`Held::Batch`], one buffer per member) into one slot of the in-flight
+    /// table, with `waker`, and posts one work request per member as one list (one
+    /// `ibv_post_send`): `members[i]` is the segment of buffer `i` and its opcode. Only the last
+    /// request is signaled; the others carry [`batch_member_id`]s, so the slot is freed by the
+    /// last one's completion (a send queue completes in order: the device is then done with all
+    /// of them). Members that carry 1 to `max_inline_data` bytes go inline.
+    ///
+    /// Requests [`Self::post_caller`] left for [`Self::ring`] are not among them: ring first
+    /// where their order matters.
+    pub(crate) fn post_batch(
+        &self,
+        held: Held,
+        members: &[(Segment, Opcode)],
+        waker: &Waker,
+    ) -> Result<Ticket, BatchRefused> {
+        if !matches!(&held, Held::Batch(v) if v.len() == members.len() && !v.is_empty()) {
+            return Err(BatchRefused::Unposted(
+                error::invalid_input("a batch posts one request per buffer, and at least one"),
+                held,
+            ));
+        }
+        let mut sges = Vec::with_capacity(members.len());
+        for (segment, _) in members {
+            match held_sge(&held, segment) {
+                Ok(sge) => sges.push(sge),
+                Err(e) => return Err(BatchRefused::Unposted(e, held)),
+            }
+        }
+        let (ticket, wr_id) = self
+            .memory
+            .table
+            .insert_waiting(held, WorkQueue::Send, waker)
+            .map_err(|(e, held)| BatchRefused::Unposted(e, held))?;
+        let last = members.len() - 1;
+        let mut inline = 0;
+        let mut wrs: Vec<sys::ibv_send_wr> = members
+            .iter()
+            .zip(&sges)
+            .enumerate()
+            .map(|(i, ((_, opcode), sge))| {
+                // SAFETY: ibv_send_wr is plain old data; zero is valid for every field.
+                let mut wr: sys::ibv_send_wr = unsafe { std::mem::zeroed() };
+                set_opcode(&mut wr, *opcode);
+                wr.num_sge = 1;
+                if i == last {
+                    wr.wr_id = wr_id;
+                    wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED;
+                } else {
+                    wr.wr_id = batch_member_id(wr_id);
+                }
+                let carries_data = matches!(opcode, Opcode::Send { .. } | Opcode::Write { .. });
+                if carries_data && sge.length > 0 && sge.length <= self.memory.inline_limit {
+                    wr.send_flags |= sys::ibv_send_flags::IBV_SEND_INLINE;
+                    inline += 1;
+                }
+                wr
+            })
+            .collect();
+        // Linked only now: the vectors no longer move.
+        for (wr, sge) in wrs.iter_mut().zip(sges.iter_mut()) {
+            wr.sg_list = sge;
+        }
+        for i in 0..last {
+            let next: *mut sys::ibv_send_wr = &mut wrs[i + 1];
+            wrs[i].next = next;
+        }
+        self.memory.send_posts.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: every entry covers a range of a buffer that `held_sge` checked and that the
+        // table holds until the last request's completion is polled (or the QP is destroyed);
+        // the send queue completes in order, so by then the device is done with every member.
+        // The table outlives the QP (it is in `memory`). The list and its entries live for the
+        // call.
+        match unsafe { self.post_batch_list(&mut wrs) } {
+            Ok(()) => {
+                self.memory
+                    .inline_posts
+                    .fetch_add(inline, Ordering::Relaxed);
+                Ok(ticket)
+            }
+            Err((e, true)) => Err(BatchRefused::Unposted(
+                e,
+                self.memory.table.take_back(ticket),
+            )),
+            Err((e, false)) => Err(BatchRefused::Partly(e, ticket)),
+        }
+    }
+
+    /// Test hook: the provider refuses the next [`Self::post_batch`]'s first request (`ENOMEM`),
+    /// so none is posted; with `tail`, its last, after posting the others.
+    #[cfg(rdma_async_hooks)]
+    pub(crate) fn fail_next_batch(&self, tail: bool) {
+        let fault = if tail {
+            Fault::BatchTail
+        } else {
+            Fault::BatchHead
+        };
+        injected_faults::arm(self.fault_key(), fault);
+    }
+
+    /// The list's post, or the failure a test armed for it ([`Self::fail_next_batch`]).
+    ///
+    /// # Safety
+    ///
+    /// As [`Self::post_send_list`].
+    unsafe fn post_batch_list(
+        &self,
+        wrs: &mut [sys::ibv_send_wr],
+    ) -> Result<(), (io::Error, bool)> {
+        #[cfg(rdma_async_hooks)]
+        {
+            let refused = || error::call_error("ibv_post_send", libc::ENOMEM);
+            if injected_faults::take(self.fault_key(), Fault::BatchHead) {
+                return Err((refused(), true));
+            }
+            if let [.., before_last, _] = wrs
+                && injected_faults::take(self.fault_key(), Fault::BatchTail)
+            {
+                before_last.next = std::ptr::null_mut();
+                // SAFETY: the caller's obligations, for the list without its last request.
+                unsafe { self.post_send_list(&mut wrs[0]) }?;
+                return Err((refused(), false));
+            }
+        }
+        // SAFETY: the caller's obligations.
+        unsafe { self.post_send_list(&mut wrs[0]) }
     }
 
     /// Test hook: the next [`Self::ring`] that has requests to post fails (`ENOMEM`) and posts

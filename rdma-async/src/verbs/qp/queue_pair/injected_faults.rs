@@ -1,5 +1,5 @@
 //! Test hook (`--cfg rdma_async_hooks`): the failures a test armed on a live queue pair (its next
-//! receive post, its next doorbell for deferred requests), held here rather than in the queue
+//! receive post, its next doorbell for deferred requests, its next batch), held here rather than in the queue
 //! pair, so that no verbs type carries a field that exists only for the hooks.
 //!
 //! The registry is process-wide, not thread-local as the creation faults are
@@ -25,6 +25,11 @@ pub(super) enum Fault {
     PostRecv,
     /// The next doorbell for deferred requests fails (`ENOMEM`) and posts none of them.
     Ring,
+    /// The provider refuses the first request of the next batch (`ENOMEM`): none is posted.
+    BatchHead,
+    /// The provider refuses the last request of the next batch (`ENOMEM`) after posting the
+    /// others.
+    BatchTail,
 }
 
 /// Which queue pair a fault is armed on: the address of the rdma_cm id it holds.
