@@ -26,7 +26,9 @@ use clap::Parser;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use rdma_async::cm::CmListener;
 use rdma_async::endpoint::{Endpoint, EndpointOptions};
-use rdma_async::rdma::{RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion};
+use rdma_async::rdma::{
+    LocalRegion, RdmaConnection, RdmaOptions, RemoteAccess, RemoteRegion, RemoteSlice,
+};
 
 #[path = "common/usage.rs"]
 mod usage;
@@ -159,29 +161,59 @@ fn rdma_options(depth: u32) -> RdmaOptions {
     RdmaOptions::new().send_depth(depth.max(2)).recv_depth(4)
 }
 
-/// The writing client's connection, and the region the server advertised.
-async fn connect_writer(
+/// The client of `write`: `depth / batch` writers (`batch` divides `depth`), each with `batch`
+/// buffers of its own and as many remote slots, so concurrent writes never overlap, and its
+/// share of the `count` writes. One spawned task drives all the writers, as a program keeping
+/// `depth` writes in flight would: the count is then the library's work per write, without a
+/// Tokio task scheduled per write. It is a spawned task, not `main`'s `block_on` future: a write
+/// alone on its queue lets the task's other writers post beside it only from a task. With
+/// `batch` 1 each writer awaits one `write` at a time; else one `write_batch` of `batch`.
+async fn client_write(
     addr: SocketAddr,
     depth: u32,
-) -> Result<(Arc<RdmaConnection>, RemoteRegion), BoxError> {
+    size: usize,
+    count: u64,
+    batch: u32,
+) -> Result<(), BoxError> {
+    if !depth.is_multiple_of(batch) {
+        return Err(format!("--batch {batch} does not divide the depth {depth}").into());
+    }
     let conn = Arc::new(RdmaConnection::connect_with(addr, &rdma_options(depth)).await?);
     let inbox = conn.reg_msgs(RemoteRegion::ENCODED_LEN)?;
     let (got, inbox) = conn.recv(inbox, ..).await;
     got?;
     let remote = RemoteRegion::from_bytes(&inbox)?;
-    Ok((conn, remote))
-}
-
-/// After `count` writes that started at `started` (usage, time, doorbells): tells the server
-/// the count and reports.
-async fn finish_writes(
-    conn: &RdmaConnection,
-    count: u64,
-    started: (Usage, Instant, u64),
-    depth: u32,
-    size: usize,
-) -> Result<(), BoxError> {
-    let (usage, start, posts) = started;
+    let (groups, batch) = (u64::from(depth / batch), batch as usize);
+    let mut writers = Vec::with_capacity(groups as usize);
+    for g in 0..groups {
+        let writes = count / groups + u64::from(g < count % groups);
+        let mut regions = Vec::with_capacity(batch);
+        let mut slots = Vec::with_capacity(batch);
+        for j in 0..batch {
+            let at = u32::try_from((g as usize * batch + j) * size)?;
+            slots.push(remote.slice(at, u32::try_from(size)?)?);
+            regions.push(conn.reg_msgs(size)?);
+        }
+        writers.push(Writer {
+            regions,
+            slots,
+            writes,
+        });
+    }
+    let (usage, start, posts) = (Usage::now()?, Instant::now(), conn.post_send_calls());
+    let driver = conn.clone();
+    tokio::spawn(async move {
+        let conn = &*driver;
+        let mut in_flight: FuturesUnordered<_> = writers
+            .into_iter()
+            .map(|writer| writer.run(conn, size))
+            .collect();
+        while let Some(done) = in_flight.next().await {
+            done?;
+        }
+        Ok::<_, std::io::Error>(())
+    })
+    .await??;
     let measured = Measured {
         msgs: count,
         secs: start.elapsed(),
@@ -195,108 +227,44 @@ async fn finish_writes(
     Ok(())
 }
 
-async fn client_write(
-    addr: SocketAddr,
-    depth: u32,
-    size: usize,
-    count: u64,
-    batch: u32,
-) -> Result<(), BoxError> {
-    if batch > 1 {
-        return client_write_batches(addr, depth, size, count, batch).await;
-    }
-    let (conn, remote) = connect_writer(addr, depth).await?;
-    // Writer `i` does every depth-th write, from its own buffer into its own remote slot, so
-    // concurrent writes never overlap.
-    let mut writers = Vec::with_capacity(depth as usize);
-    for i in 0..u64::from(depth) {
-        let writes = count / u64::from(depth) + u64::from(i < count % u64::from(depth));
-        let slot = remote.slice(u32::try_from(i as usize * size)?, u32::try_from(size)?)?;
-        writers.push((conn.reg_msgs(size)?, slot, writes));
-    }
-    let (usage, start, posts) = (Usage::now()?, Instant::now(), conn.post_send_calls());
-    // One task drives all the writers, as a program keeping DEPTH writes in flight would: the
-    // count is then the library's work per write, without a Tokio task scheduled per write.
-    // It is a spawned task, not `main`'s `block_on` future: a write alone on its queue lets
-    // the task's other writers post beside it only from a task.
-    let driver = conn.clone();
-    tokio::spawn(async move {
-        let conn = &driver;
-        let mut in_flight: FuturesUnordered<_> = writers
-            .into_iter()
-            .map(|(mut region, slot, writes)| async move {
-                for _ in 0..writes {
-                    let (wrote, back) = conn.write(region, .., slot).await;
-                    wrote?;
-                    region = back;
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .collect();
-        while let Some(done) = in_flight.next().await {
-            done?;
-        }
-        Ok::<_, std::io::Error>(())
-    })
-    .await??;
-    finish_writes(&conn, count, (usage, start, posts), depth, size).await
+/// One writer of [`client_write`]: its buffers, the remote slots they go to (one each), and
+/// how many writes it makes.
+struct Writer {
+    regions: Vec<LocalRegion>,
+    slots: Vec<RemoteSlice>,
+    writes: u64,
 }
 
-/// As [`client_write`], with the writes in batches of `batch` (which divides `depth`): `depth /
-/// batch` writers, each with `batch` buffers and remote slots, in one task.
-async fn client_write_batches(
-    addr: SocketAddr,
-    depth: u32,
-    size: usize,
-    count: u64,
-    batch: u32,
-) -> Result<(), BoxError> {
-    if !depth.is_multiple_of(batch) {
-        return Err(format!("--batch {batch} does not divide the depth {depth}").into());
-    }
-    let (conn, remote) = connect_writer(addr, depth).await?;
-    let (groups, batch) = (u64::from(depth / batch), batch as usize);
-    let mut writers = Vec::with_capacity(groups as usize);
-    for g in 0..groups {
-        let writes = count / groups + u64::from(g < count % groups);
-        let mut regions = Vec::with_capacity(batch);
-        let mut slots = Vec::with_capacity(batch);
-        for j in 0..batch {
-            let at = u32::try_from((g as usize * batch + j) * size)?;
-            slots.push(remote.slice(at, u32::try_from(size)?)?);
-            regions.push(conn.reg_msgs(size)?);
+impl Writer {
+    /// Makes the writer's writes of `size` bytes on `conn`: one `write` at a time with one
+    /// buffer, else `write_batch`es of all its buffers (the last may be shorter).
+    async fn run(mut self, conn: &RdmaConnection, size: usize) -> std::io::Result<()> {
+        if let ([_], [slot]) = (&self.regions[..], &self.slots[..]) {
+            let slot = *slot;
+            let mut region = self.regions.remove(0);
+            for _ in 0..self.writes {
+                let (wrote, back) = conn.write(region, .., slot).await;
+                wrote?;
+                region = back;
+            }
+            return Ok(());
         }
-        writers.push((regions, slots, writes));
-    }
-    let (usage, start, posts) = (Usage::now()?, Instant::now(), conn.post_send_calls());
-    let driver = conn.clone();
-    tokio::spawn(async move {
-        let conn = &driver;
-        let mut in_flight: FuturesUnordered<_> = writers
-            .into_iter()
-            .map(|(mut regions, slots, mut left)| async move {
-                while left > 0 {
-                    let n = left.min(batch as u64) as usize;
-                    let writes = regions
-                        .drain(..n)
-                        .zip(&slots)
-                        .map(|(region, &slot)| (region, 0..size, slot))
-                        .collect();
-                    let (wrote, back) = conn.write_batch(writes).await;
-                    wrote?;
-                    regions.splice(0..0, back);
-                    left -= n as u64;
-                }
-                Ok::<_, std::io::Error>(())
-            })
-            .collect();
-        while let Some(done) = in_flight.next().await {
-            done?;
+        let mut left = self.writes;
+        while left > 0 {
+            let n = left.min(self.regions.len() as u64) as usize;
+            let writes = self
+                .regions
+                .drain(..n)
+                .zip(&self.slots)
+                .map(|(region, &slot)| (region, 0..size, slot))
+                .collect();
+            let (wrote, back) = conn.write_batch(writes).await;
+            wrote?;
+            self.regions.splice(0..0, back);
+            left -= n as u64;
         }
-        Ok::<_, std::io::Error>(())
-    })
-    .await??;
-    finish_writes(&conn, count, (usage, start, posts), depth, size).await
+        Ok(())
+    }
 }
 
 /// Message rate at a queue depth: `Endpoint` sends or `RdmaConnection` RDMA writes of SIZE

@@ -44,6 +44,8 @@ fixed_ports! {
     MSG_RATE_EXAMPLE = 7493, 2 ports;
     /// The many-streams example, a thousand streams in one process.
     THOUSAND_STREAMS_EXAMPLE = 7495;
+    /// msg_rate's writes in batches.
+    MSG_RATE_BATCH_EXAMPLE = 7496;
     /// C rping's server.
     C_RPING_SERVER = 17174;
     /// C ucmatose's server.

@@ -333,6 +333,22 @@ async fn msg_rate_example_counts_every_message_of_both_kinds() {
             "{client}"
         );
     }
+    // Writes in batches of 4 (`RdmaConnection::write_batch`): one doorbell per batch, and the
+    // 2 writers (depth 8 / 4) make 250 writes each, 62 batches of 4 and one of 2.
+    let addr = format!("{}:{}", test_ip(), ports::MSG_RATE_BATCH_EXAMPLE);
+    let (client, server) = server_then_client(
+        "msg_rate",
+        &["server", &addr, "write", "8", "64"],
+        &["client", &addr, "write", "8", "64", "500", "--batch", "4"],
+    )
+    .await;
+    let line = report_line(&server, "write server ");
+    assert!(line.contains(" depth=8 size=64 msgs=500 "), "{line}");
+    let doorbells = field(report_line(&client, "write client "), "post_sends_per_msg");
+    assert!(
+        (doorbells * 500.0).round() <= 126.0,
+        "batches of 4 took {doorbells} ibv_post_send calls a write: {client}"
+    );
 }
 
 #[rdma_async::test]
