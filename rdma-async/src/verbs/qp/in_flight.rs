@@ -370,8 +370,9 @@ impl InFlightTable {
     /// may hold another request now) stays pending.
     ///
     /// Inlined into the waiter's poll: through a call, the completion and the buffers were
-    /// copied out once more for every operation.
-    #[inline]
+    /// copied out once more for every operation. Always: since batches, LLVM kept it out of
+    /// line otherwise.
+    #[inline(always)]
     pub(crate) fn poll(
         &self,
         ticket: &Ticket,
