@@ -95,11 +95,12 @@ wait_listening() {
     return 1
 }
 
-# c_polling_off DIR: C rsockets' busy-polling off (/etc/rdma/rsocket/polling_time = 0) until
-# the script exits, when the setting is put back (a copy is kept in DIR). The guest sees the
-# host's /etc (read-only): the setting is written here, before the guest boots.
+# c_polling_off DIR [US]: C rsockets' busy-polling off (/etc/rdma/rsocket/polling_time = 0),
+# or a window of US microseconds, until the script exits, when the setting is put back (a copy
+# is kept in DIR). The guest sees the host's /etc (read-only): the setting is written here,
+# before the guest boots.
 c_polling_off() {
-    local dir=$1 conf=/etc/rdma/rsocket/polling_time
+    local dir=$1 us=${2:-0} conf=/etc/rdma/rsocket/polling_time
     if [[ -e $conf ]]; then
         cp -p -- "$conf" "$dir/polling_time.saved"
         # shellcheck disable=SC2064 # the paths are fixed now
@@ -108,5 +109,5 @@ c_polling_off() {
         trap "rm -f -- '$conf'" EXIT
     fi
     mkdir -p -- "$(dirname -- "$conf")"
-    echo 0 >"$conf"
+    echo "$us" >"$conf"
 }

@@ -21,7 +21,9 @@ impl RdmaConnection {
     ///
     /// A batch takes one place of the send queue per write, so it holds at most
     /// [`RdmaOptions::send_depth`](crate::rdma::RdmaOptions::send_depth) writes, and it waits
-    /// until that many places are free. The writes of a reliable connection execute in order:
+    /// until that many places are free. A batch that waits has its turn: operations of one
+    /// place issued meanwhile wait until it has its places, so a steady stream of single
+    /// operations cannot hold it off. The writes of a reliable connection execute in order:
     /// when the last has completed, every write of the batch is in the peer's memory.
     ///
     /// # Examples
